@@ -1,0 +1,15 @@
+"""NeMo-Run plugins that switch on Megatron Bridge's training-resiliency mechanisms.
+
+Importing this package imports NeMo-Run and fiddle only: never torch, NVRx or Megatron Bridge, which are
+needed where training runs, not on the host that launches it.
+"""
+
+from nemo_resiliency_plugins.errors import ResiliencyConfigError
+from nemo_resiliency_plugins.fault_tolerance import FaultTolerancePlugin, FaultTolerancePluginScriptArgs
+
+__all__ = [
+    "FaultTolerancePlugin",
+    "FaultTolerancePluginScriptArgs",
+    "ResiliencyConfigError",
+]
+__version__ = "0.1.0"

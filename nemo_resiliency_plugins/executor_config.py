@@ -1,0 +1,238 @@
+"""The one place plugins change a NeMo-Run executor: env vars, launcher, retries, Slurm fields, and files
+the job must read.
+
+Every setter refuses to overwrite a different value the user already set (``ResiliencyConfigError`` naming
+both values) and is a no-op when the same value is already there, so plugins compose and a plugin listed
+twice is harmless.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import nemo_run as run
+from nemo_run.config import get_nemorun_home
+from nemo_run.core.execution.launcher import FaultTolerance, Launcher, Torchrun
+
+from nemo_resiliency_plugins.errors import ResiliencyConfigError
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_UNSAFE_IN_FILE_PATH = re.compile(r"[\n\r\0'\"$`;\\ ]")
+
+
+def is_slurm(executor: Any) -> bool:
+    return isinstance(executor, run.SlurmExecutor)
+
+
+def executor_kind(executor: Any) -> str:
+    return type(executor).__name__
+
+
+def set_env(task: Any, executor: Any, name: str, value: str, *, plugin: str, field: str | None = None) -> None:
+    """Set ``name=value`` in the job's environment unless the user set it to something else."""
+    if not _ENV_NAME.match(name):
+        raise ResiliencyConfigError(plugin, field, name, "an environment variable name")
+    if not isinstance(value, str) or any(c in value for c in "\n\r\0"):
+        raise ResiliencyConfigError(plugin, field, value, "a single-line string value for env var " + name)
+    sources = [("executor.env_vars", executor.env_vars)]
+    if isinstance(task, run.Script) and task.env:
+        sources.append(("task.env", task.env))
+    for where, env in sources:
+        if name in env and str(env[name]) != value:
+            raise ResiliencyConfigError(
+                plugin,
+                field or name,
+                value,
+                detail=(
+                    f"{where} already sets {name}={env[name]!r}; {plugin} needs {name}={value!r}. Remove it or make "
+                    "them agree (a user value is never silently overwritten)"
+                ),
+            )
+    executor.env_vars[name] = value
+
+
+def set_retries(executor: Any, retries: int, *, plugin: str, field: str) -> None:
+    """Job-level retries (Slurm requeues); 0 on the executor means 'not set by the user'."""
+    current = getattr(executor, "retries", 0) or 0
+    if current not in (0, retries):
+        raise ResiliencyConfigError(
+            plugin,
+            field,
+            retries,
+            detail=f"the executor already has retries={current}; set {plugin}.{field}={current} or remove one",
+        )
+    executor.retries = retries
+
+
+def set_slurm_field(executor: Any, name: str, value: Any, *, plugin: str, field: str) -> None:
+    current = getattr(executor, name)
+    if current not in (None, "", value):
+        raise ResiliencyConfigError(
+            plugin,
+            field,
+            value,
+            detail=f"the SlurmExecutor already has {name}={current!r}; {plugin} would set {value!r}",
+        )
+    setattr(executor, name, value)
+
+
+def install_ft_launcher(executor: Any, wanted: FaultTolerance, *, plugin: str) -> FaultTolerance:
+    """Make ``executor.launcher`` NVRx's ft_launcher with ``wanted``'s settings.
+
+    A plain torchrun launcher (``"torchrun"``, ``run.Torchrun``) is upgraded, keeping its rendezvous and
+    nsys settings. An existing ``run.FaultTolerance`` keeps its values, and any that contradict ``wanted``
+    are reported.
+    """
+    current = executor.launcher
+    if isinstance(current, str):
+        if current not in ("torchrun", "ft"):
+            raise ResiliencyConfigError(
+                plugin, "executor.launcher", current, "None, 'torchrun', 'ft', run.Torchrun or run.FaultTolerance"
+            )
+        current = None
+    if current is None:
+        executor.launcher = wanted
+        return wanted
+    if isinstance(current, FaultTolerance):
+        for f in dataclasses.fields(FaultTolerance):
+            mine, theirs = getattr(wanted, f.name), getattr(current, f.name)
+            default = f.default if f.default is not dataclasses.MISSING else None
+            if theirs in (None, default) or mine in (None, default) or mine == theirs:
+                continue
+            raise ResiliencyConfigError(
+                plugin,
+                f"launcher.{f.name}",
+                mine,
+                detail=f"the executor's run.FaultTolerance launcher already has {f.name}={theirs!r}",
+            )
+        for f in dataclasses.fields(FaultTolerance):
+            if getattr(current, f.name) is None and getattr(wanted, f.name) is not None:
+                setattr(current, f.name, getattr(wanted, f.name))
+        return current
+    if isinstance(current, Torchrun) or type(current) is Launcher:
+        carried = {f.name: getattr(current, f.name) for f in dataclasses.fields(current)
+                   if f.name in {g.name for g in dataclasses.fields(FaultTolerance)} and f.init}
+        for name, value in carried.items():
+            setattr(wanted, name, value)
+        executor.launcher = wanted
+        return wanted
+    raise ResiliencyConfigError(
+        plugin,
+        "executor.launcher",
+        current,
+        "None, 'torchrun', run.Torchrun or run.FaultTolerance",
+        detail=f"{plugin} replaces the launcher with NVRx's ft_launcher and cannot merge a {type(current).__name__}",
+    )
+
+
+def deliver_file(executor: Any, name: str, content: str, *, plugin: str) -> str:
+    """Make ``content`` readable by the job as a file; returns the path the job sees.
+
+    NeMo-Run has no hook that ships an extra file with a job, and ``Experiment.dryrun()`` deletes the
+    experiment directory, so:
+
+    * LocalExecutor: the job runs on this host; the file is written content-addressed under
+      ``$NEMORUN_HOME/resiliency/`` (immutable, so re-runs and dry runs cannot invalidate it).
+    * SlurmExecutor: the job runs on the cluster; the sbatch script writes the file into the job's
+      directory before ``srun`` (appended to ``executor.setup_lines`` as a quoted heredoc, so nothing in it
+      is expanded). Inside a container the job directory is mounted at ``/nemo_run``.
+    """
+    if not re.match(r"^[A-Za-z0-9_.-]+$", name):
+        raise ResiliencyConfigError(plugin, None, detail=f"internal: bad file name {name!r}")
+    digest = hashlib.sha256(content.encode()).hexdigest()[:12]
+    filename = f"{digest}-{name}"
+    if isinstance(executor, run.LocalExecutor):
+        directory = Path(get_nemorun_home()) / "resiliency"
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / filename
+        if not path.exists() or path.read_text() != content:
+            tmp = path.with_suffix(path.suffix + f".tmp{os.getpid()}")
+            tmp.write_text(content)
+            os.replace(tmp, path)
+        return str(path)
+    if is_slurm(executor):
+        host_dir = os.path.join(executor.tunnel.job_dir, Path(executor.job_dir).name)
+        if _UNSAFE_IN_FILE_PATH.search(host_dir):
+            raise ResiliencyConfigError(
+                plugin,
+                "executor.tunnel.job_dir",
+                host_dir,
+                "a job directory without spaces, quotes, '$', '`', ';' or backslashes",
+            )
+        host_path = os.path.join(host_dir, filename)
+        marker = "NRP_FILE_EOF"
+        if any(line.strip() == marker for line in content.splitlines()):
+            raise ResiliencyConfigError(plugin, None, detail="internal: file content contains the heredoc marker")
+        block = (
+            f"# {plugin}: write {name} for the job (quoted heredoc: nothing below is expanded)\n"
+            f"mkdir -p '{host_dir}'\n"
+            f"cat > '{host_path}' <<'{marker}'\n{content.rstrip(chr(10))}\n{marker}"
+        )
+        existing = executor.setup_lines or ""
+        if block not in existing:
+            executor.setup_lines = (existing.rstrip("\n") + "\n" if existing else "") + block
+        if executor.container_image:
+            return f"/nemo_run/{filename}"
+        return host_path
+    raise ResiliencyConfigError(
+        plugin,
+        None,
+        executor_kind(executor),
+        "run.LocalExecutor or run.SlurmExecutor",
+        detail=(
+            f"{plugin} must hand ft_launcher a config file (section timeouts), and there is no supported way to "
+            f"ship one with a {executor_kind(executor)} job yet"
+        ),
+    )
+
+
+def require_program(task: Any, executor: Any, program: str, *, plugin: str, fix: str) -> None:
+    """On executors that run here, fail at setup (not as a FAILED job) when ``program`` is not on PATH."""
+    if not isinstance(executor, run.LocalExecutor):
+        return
+    paths = []
+    for env in (getattr(task, "env", None) or {}, executor.env_vars):
+        if "PATH" in env:
+            paths.append(str(env["PATH"]))
+    paths.append(os.environ.get("PATH", ""))
+    if shutil.which(program, path=os.pathsep.join(paths)) is None:
+        raise ResiliencyConfigError(
+            plugin,
+            None,
+            detail=f"'{program}' is not on the PATH the local job will see; {fix}",
+        )
+
+
+def check_script_entrypoint(task: Any, *, plugin: str) -> None:
+    """A launcher execs ``run.Script(path=...)`` directly unless its entrypoint is ``python``.
+
+    NeMo-Run's default entrypoint is ``bash``, which makes torchrun/ft_launcher run ``--no-python x.py``:
+    a non-executable Python file then fails with 'Permission denied' on every rank. Say so before launch.
+    """
+    if not isinstance(task, run.Script) or task.inline or task.m or task.entrypoint == "python":
+        return
+    path = task.path
+    if not path.endswith(".py"):
+        return
+    executable = os.path.exists(path) and os.access(path, os.X_OK)
+    if executable:
+        with open(path, "rb") as handle:
+            if handle.read(2) == b"#!":
+                return
+    raise ResiliencyConfigError(
+        plugin,
+        "task.entrypoint",
+        task.entrypoint,
+        "'python' for a Python script",
+        detail=(
+            f"run.Script(path={path!r}) with entrypoint={task.entrypoint!r} makes the launcher exec the file "
+            "directly (--no-python) and every rank fails with 'Permission denied'. Use "
+            f"run.Script(path={path!r}, entrypoint='python')"
+        ),
+    )

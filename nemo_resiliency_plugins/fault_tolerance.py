@@ -1,0 +1,225 @@
+"""FaultTolerancePlugin: NVRx fault tolerance (hang detection, in-job restarts, job retries) for a
+Megatron Bridge job, in one line.
+
+Drop-in for ``megatron.bridge.recipes.run_plugins.FaultTolerancePlugin`` (same field names, defaults and
+meaning), and more: every ``FaultToleranceConfig`` field, section timeouts that actually reach the rank
+monitor, the launcher knobs users tune, and checks for the NeMo-Run <-> NVRx traps.
+
+Sections vs heartbeats. Megatron Bridge's training loop reports *sections* (``setup``, ``step``,
+``checkpointing``) to NVRx and never sends heartbeats. NVRx monitors only the sections its launcher was
+told about, and applies heartbeat timeouts independently: handing ``initial_rank_heartbeat_timeout`` to a
+section-based job gets a healthy job killed once that timeout passes (measured with NVRx 0.7.0), and
+``calc_ft_timeouts`` with undeclared sections crashes (``KeyError: 'step'``). So with the default
+``workload_style="sections"`` this plugin declares ``section_timeouts`` + ``out_of_section_timeout`` and keeps
+``initial_rank_heartbeat_timeout`` / ``rank_heartbeat_timeout`` away from the launcher; they are kept as fields
+for drop-in compatibility and are used only with ``workload_style="heartbeats"`` (workloads that call
+``RankMonitorClient.send_heartbeat()``, such as custom loops).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import nemo_run as run
+
+from nemo_resiliency_plugins import executor_config, nvrx_launcher, task_config
+from nemo_resiliency_plugins.errors import ResiliencyConfigError
+from nemo_resiliency_plugins.validation import Checker
+
+logger = logging.getLogger(__name__)
+
+MEGATRON_BRIDGE_SECTIONS = ("setup", "step", "checkpointing")
+
+
+@dataclass
+class FaultTolerancePluginScriptArgs:
+    """What ``script_args_converter_fn`` receives (a superset of Megatron Bridge's class of this name)."""
+
+    enable_ft_package: bool
+    calc_ft_timeouts: bool
+    simulate_fault: bool = False
+    simulated_fault_type: str = "random"
+    simulated_fault_rank: int | None = None
+    simulated_fault_base_delay: float = 0
+
+
+@dataclass(kw_only=True)
+class FaultTolerancePlugin(run.Plugin):
+    """Run the job under NVRx's ``ft_launcher`` with Megatron Bridge's fault tolerance switched on.
+
+    Megatron Bridge's fields (same defaults):
+        enable_ft_package: ``ft.enable_ft_package`` - the training loop reports to the rank monitor.
+        calc_ft_timeouts: ``ft.calc_ft_timeouts`` - measure section times and save tighter timeouts to
+            ``<checkpoint.save>/ft_state.json``, loaded by the next run of the job.
+        num_in_job_restarts: ``ft_launcher --max-restarts``: restarts of the worker group inside one job.
+            0 means no restart (NeMo-Run drops a 0 flag; ``PET_MAX_RESTARTS`` carries it).
+        num_job_retries_on_failure: ``executor.retries``: new Slurm jobs (requeues) after a failed one.
+        initial_rank_heartbeat_timeout / rank_heartbeat_timeout: heartbeat timeouts, passed to the
+            launcher only with ``workload_style="heartbeats"`` (see the module docstring for why).
+        script_args_converter_fn: for ``run.Script`` tasks whose script does not take Hydra overrides;
+            receives :class:`FaultTolerancePluginScriptArgs`, returns the arguments to append.
+
+    Megatron Bridge's ``FaultToleranceConfig`` fields: ``simulate_fault``, ``simulated_fault_type``
+    (``rank_hung`` | ``rank_killed`` | ``random``), ``simulated_fault_rank``, ``simulated_fault_base_delay``.
+
+    Launcher / rank monitor (NVRx ``ft_launcher``):
+        workload_style: ``"sections"`` (Megatron Bridge, Megatron-LM) or ``"heartbeats"``.
+        section_timeouts: seconds each section may stay open (Megatron Bridge's documented values by default).
+        out_of_section_timeout: seconds allowed between sections (data loading, logging, eval set-up).
+        workload_check_interval: how often the rank monitor checks (adds up to this much detection latency).
+        rank_termination_signal: signal sent to a rank found hung.
+        log_level: rank-monitor log level.
+        max_no_progress_cycles: stop restarting after this many restarts without a new checkpoint
+            (NVRx progress tracking; 0 or -1 disables it).
+    """
+
+    # Megatron Bridge's FaultTolerancePlugin fields, same defaults.
+    enable_ft_package: bool = True
+    calc_ft_timeouts: bool = True
+    num_in_job_restarts: int = 3
+    num_job_retries_on_failure: int = 2
+    initial_rank_heartbeat_timeout: float | None = 1800
+    rank_heartbeat_timeout: float | None = 300
+    script_args_converter_fn: Callable[[FaultTolerancePluginScriptArgs], list[str]] | None = None
+    # Megatron Bridge's FaultToleranceConfig fields.
+    simulate_fault: bool = False
+    simulated_fault_type: str = "random"
+    simulated_fault_rank: int | None = None
+    simulated_fault_base_delay: float = 0
+    # What reaches NVRx's rank monitor.
+    workload_style: str = "sections"
+    section_timeouts: dict[str, float | None] = field(
+        default_factory=lambda: {"setup": 600.0, "step": 180.0, "checkpointing": 420.0}
+    )
+    out_of_section_timeout: float | None = 300.0
+    workload_check_interval: float = 5.0
+    rank_termination_signal: str = "SIGKILL"
+    log_level: str = "INFO"
+    max_no_progress_cycles: int = 3
+
+    def __post_init__(self) -> None:
+        check = Checker(type(self).__name__)
+        check.boolean("enable_ft_package", self.enable_ft_package)
+        check.boolean("calc_ft_timeouts", self.calc_ft_timeouts)
+        check.integer("num_in_job_restarts", self.num_in_job_restarts, min=0)
+        check.integer("num_job_retries_on_failure", self.num_job_retries_on_failure, min=0)
+        check.number("initial_rank_heartbeat_timeout", self.initial_rank_heartbeat_timeout, positive=True, optional=True)
+        check.number("rank_heartbeat_timeout", self.rank_heartbeat_timeout, positive=True, optional=True)
+        check.callable_or_none("script_args_converter_fn", self.script_args_converter_fn)
+        check.boolean("simulate_fault", self.simulate_fault)
+        check.choice("simulated_fault_type", self.simulated_fault_type, ("rank_hung", "rank_killed", "random"))
+        if self.simulated_fault_rank is not None:
+            check.integer("simulated_fault_rank", self.simulated_fault_rank, min=0)
+        check.number("simulated_fault_base_delay", self.simulated_fault_base_delay, min=0)
+        check.choice("workload_style", self.workload_style, ("sections", "heartbeats"))
+        check.timeouts_mapping("section_timeouts", self.section_timeouts)
+        check.number("out_of_section_timeout", self.out_of_section_timeout, positive=True, optional=True)
+        check.number("workload_check_interval", self.workload_check_interval, positive=True)
+        check.signal_name("rank_termination_signal", self.rank_termination_signal)
+        check.log_level("log_level", self.log_level)
+        check.integer("max_no_progress_cycles", self.max_no_progress_cycles, min=-1)
+
+        if self.simulate_fault and not self.enable_ft_package:
+            check.fail(
+                "simulate_fault", True, "False while enable_ft_package=False",
+                detail="Megatron Bridge only simulates faults when the FT package is enabled",
+            )
+        if self.workload_style == "sections" and self.calc_ft_timeouts:
+            missing = [s for s in MEGATRON_BRIDGE_SECTIONS if s not in self.section_timeouts]
+            if missing:
+                check.fail(
+                    "section_timeouts",
+                    self.section_timeouts,
+                    f"a timeout for each of {', '.join(MEGATRON_BRIDGE_SECTIONS)} when calc_ft_timeouts=True",
+                    detail=(
+                        f"missing {missing}: Megatron Bridge computes timeouts for these sections and NVRx raises "
+                        "KeyError for an undeclared one. Declare them, or set calc_ft_timeouts=False"
+                    ),
+                )
+        if self.workload_style == "heartbeats" and self.initial_rank_heartbeat_timeout is None and (
+            self.rank_heartbeat_timeout is None
+        ):
+            check.fail(
+                "rank_heartbeat_timeout", None, "a positive number with workload_style='heartbeats'",
+                detail="a heartbeat-style workload with no heartbeat timeout has no hang detection",
+            )
+
+    # ------------------------------------------------------------------------------------------- setup
+
+    def setup(self, task: run.Partial | run.Script, executor: run.Executor) -> None:
+        name = type(self).__name__
+        executor_config.check_script_entrypoint(task, plugin=name)
+        changes = task_config.set_config_fields(
+            task,
+            "ft",
+            {
+                "enable_ft_package": self.enable_ft_package,
+                "calc_ft_timeouts": self.calc_ft_timeouts,
+                "simulate_fault": self.simulate_fault,
+                "simulated_fault_type": self.simulated_fault_type,
+                "simulated_fault_rank": self.simulated_fault_rank,
+                "simulated_fault_base_delay": self.simulated_fault_base_delay,
+            },
+            plugin=name,
+            script_args=self.script_args(),
+            script_args_converter_fn=self.script_args_converter_fn,
+        )
+        heartbeats = self.workload_style == "heartbeats"
+        launcher_settings: dict[str, Any] = dict(
+            workload_check_interval=self.workload_check_interval,
+            rank_termination_signal=self.rank_termination_signal,
+            log_level=self.log_level,
+            initial_rank_heartbeat_timeout=self.initial_rank_heartbeat_timeout if heartbeats else None,
+            rank_heartbeat_timeout=self.rank_heartbeat_timeout if heartbeats else None,
+        )
+        executor_config.install_ft_launcher(
+            executor, nvrx_launcher.launcher(max_restarts=self.num_in_job_restarts, **launcher_settings), plugin=name
+        )
+        executor_config.set_retries(
+            executor, self.num_job_retries_on_failure, plugin=name, field="num_job_retries_on_failure"
+        )
+        content = nvrx_launcher.config_file(
+            section_timeouts=self.section_timeouts if not heartbeats else {},
+            out_of_section_timeout=self.out_of_section_timeout if not heartbeats else None,
+            max_no_progress_cycles=self.max_no_progress_cycles,
+            plugin=name,
+            **launcher_settings,
+        )
+        path = executor_config.deliver_file(executor, "ft_launcher.yaml", content, plugin=name)
+        executor_config.set_env(task, executor, nvrx_launcher.CONFIG_PATH_ENV, path, plugin=name)
+        executor_config.set_env(
+            task, executor, nvrx_launcher.MAX_RESTARTS_ENV, str(self.num_in_job_restarts), plugin=name,
+            field="num_in_job_restarts",
+        )
+        if not executor_config.is_slurm(executor):
+            # Off Slurm, NVRx derives the node's infrastructure rank from GROUP_RANK.
+            executor_config.set_env(task, executor, "GROUP_RANK", "0", plugin=name)
+        executor_config.require_program(
+            task,
+            executor,
+            "ft_launcher",
+            plugin=name,
+            fix=(
+                "install nvidia-resiliency-ext where the job runs (pip install 'nemo-resiliency-plugins[train]') "
+                "or put its bin directory on PATH (executor.env_vars['PATH'])"
+            ),
+        )
+        for change in changes:
+            logger.info("%s: %s", name, change.description)
+        logger.info("%s: ft_launcher config at %s:\n%s", name, path, content)
+
+    def script_args(self) -> FaultTolerancePluginScriptArgs:
+        return FaultTolerancePluginScriptArgs(
+            enable_ft_package=self.enable_ft_package,
+            calc_ft_timeouts=self.calc_ft_timeouts,
+            simulate_fault=self.simulate_fault,
+            simulated_fault_type=self.simulated_fault_type,
+            simulated_fault_rank=self.simulated_fault_rank,
+            simulated_fault_base_delay=self.simulated_fault_base_delay,
+        )
+
+
+__all__ = ["FaultTolerancePlugin", "FaultTolerancePluginScriptArgs", "ResiliencyConfigError"]

@@ -1,0 +1,81 @@
+"""What NVRx's ``ft_launcher`` is given: the NeMo-Run launcher object and the config file with sections.
+
+NeMo-Run's ``run.FaultTolerance`` can only pass heartbeat timeouts, the check interval, the termination
+signal, the log level and ``--max-restarts`` (``nemo_run/run/torchx_backend/components/ft_launcher.py``). A
+Megatron Bridge job is *section* based (``setup`` / ``step`` / ``checkpointing``) and sends no heartbeats, so
+with those flags alone NVRx 0.7 monitors no section and kills a healthy job once
+``initial_rank_heartbeat_timeout`` passes. The section timeouts therefore travel in an NVRx config file
+(top-level ``fault_tolerance:`` key) that ``ft_launcher`` reads from ``PET_FT_CFG_PATH`` (torchelastic's env
+fallback of ``--ft-cfg-path``; ``FAULT_TOL_CFG_PATH``, which NeMo-Run's Slurm template exports, is ignored by
+NVRx 0.7). Command-line flags override the file, so a value is never given both ways with different values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from nemo_run.core.execution.launcher import FaultTolerance
+
+CONFIG_PATH_ENV = "PET_FT_CFG_PATH"
+MAX_RESTARTS_ENV = "PET_MAX_RESTARTS"
+
+
+def launcher(
+    *,
+    max_restarts: int,
+    workload_check_interval: float,
+    rank_termination_signal: str,
+    log_level: str,
+    initial_rank_heartbeat_timeout: float | None,
+    rank_heartbeat_timeout: float | None,
+) -> FaultTolerance:
+    """The ``run.FaultTolerance`` launcher.
+
+    ``workload_check_interval`` is always set (it is never falsy): if every field NeMo-Run knows were None it
+    would emit ``--ignore-missing-fault-tol-cfg``, which NVRx >= 0.5 rejects. ``max_restarts=0`` is dropped by
+    NeMo-Run (``if max_restarts:``), which is why the plugin also sets ``PET_MAX_RESTARTS``.
+    """
+    return FaultTolerance(
+        max_restarts=max_restarts,
+        workload_check_interval=float(workload_check_interval),
+        rank_termination_signal=rank_termination_signal.upper(),
+        log_level=log_level.upper(),
+        initial_rank_heartbeat_timeout=initial_rank_heartbeat_timeout,
+        rank_heartbeat_timeout=rank_heartbeat_timeout,
+    )
+
+
+def config_file(
+    *,
+    section_timeouts: Mapping[str, float | None],
+    out_of_section_timeout: float | None,
+    max_no_progress_cycles: int,
+    workload_check_interval: float,
+    rank_termination_signal: str,
+    log_level: str,
+    initial_rank_heartbeat_timeout: float | None,
+    rank_heartbeat_timeout: float | None,
+    plugin: str,
+) -> str:
+    """The NVRx fault-tolerance YAML. Every value is a validated number or identifier, written literally."""
+    lines = [
+        f"# Written by nemo-resiliency-plugins {plugin} for NVRx ft_launcher (read through {CONFIG_PATH_ENV}).",
+        "fault_tolerance:",
+        "  rank_section_timeouts:" + ("" if section_timeouts else " {}"),
+    ]
+    for name, seconds in section_timeouts.items():
+        lines.append(f"    {name}: {_number(seconds)}")
+    lines += [
+        f"  rank_out_of_section_timeout: {_number(out_of_section_timeout)}",
+        f"  initial_rank_heartbeat_timeout: {_number(initial_rank_heartbeat_timeout)}",
+        f"  rank_heartbeat_timeout: {_number(rank_heartbeat_timeout)}",
+        f"  workload_check_interval: {_number(workload_check_interval)}",
+        f"  rank_termination_signal: {rank_termination_signal.upper()}",
+        f"  log_level: {log_level.upper()}",
+        f"  max_no_progress_cycles: {int(max_no_progress_cycles)}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _number(value: float | None) -> str:
+    return "null" if value is None else repr(float(value))

@@ -1,0 +1,590 @@
+"""Reference workload: a small, deterministic CPU training loop driven by Megatron Bridge's own resiliency code.
+
+It exists so that the plugins can be proven end to end on a machine without GPUs. The *configuration*, the
+*override parsing* and the *fault-tolerance integration* are Megatron Bridge's real code; only the model and
+the training step are a toy (a ``torch.nn.Linear`` trained with a hand-written gradient all-reduce over gloo),
+because Megatron Bridge's real model/optimizer setup needs CUDA.
+
+What runs for real (Megatron Bridge 0.6):
+    * ``megatron.bridge.training.config.ConfigContainer`` and its sub-configs, built by :func:`reference_config`
+      (or, as a fiddle tree, by :func:`reference_config_buildable`), completed by Megatron Bridge's own
+      ``runtime_config_update`` (environment variables, data-parallel size, ``validate()``).
+    * Script path: Megatron Bridge's Hydra override applier ``process_config_with_overrides(cfg, cli_overrides=argv)``.
+    * ``GlobalState`` / ``TrainState`` / ``FaultToleranceState`` (checkpointed through ``TrainState.state_dict``).
+    * ``megatron.bridge.training.fault_tolerance``: ``setup``, ``maybe_setup_simulated_fault``,
+      ``on_checkpoint_loaded``, ``on_training_step_start/end``, ``on_checkpointing_start/end``, ``shutdown``,
+      including its ``ft_state.json`` timeout persistence in the checkpoint directory.
+    * ``megatron.bridge.training.utils.sig_utils.DistributedSignalHandler`` (through ``GlobalState.signal_handler``)
+      when ``cfg.train.exit_signal_handler`` is set.
+
+CPU accommodations (each marked ``# CPU accommodation:`` in the code):
+    * ``maybe_setup_simulated_fault`` puts a one-element broadcast tensor on ``torch.cuda.current_device()``;
+      on a host without CUDA that call is redirected to the CPU for the duration of the call only.
+
+Interfaces
+----------
+Script::
+
+    torchrun --standalone --nproc-per-node=2 -m nemo_resiliency_plugins.testing.workload [hydra overrides...]
+    python -m nemo_resiliency_plugins.testing.workload checkpoint.save=/tmp/ck train.train_iters=20
+
+Python (e.g. ``run.Partial(pretrain, config=reference_config_buildable(d))``)::
+
+    pretrain(reference_config("/tmp/ck"))
+
+Environment variables (fault injection; all optional):
+    ``NRP_FAULT``       one of kill, hang, raise, sigterm, slow
+    ``NRP_FAULT_STEP``  step (number of completed iterations) at which to inject; default 0
+    ``NRP_FAULT_RANK``  global rank that injects; default 1
+    ``NRP_STEP_TIME``   extra sleep per step in seconds; default 0.05
+    ``NRP_SAVE_DIR``    script path only: default for ``checkpoint.save`` (an override still wins)
+
+kill/hang/raise/sigterm are injected once per save directory: a marker file ``nrp_fault_injected`` in
+``checkpoint.save`` stops a restarted attempt from injecting again. ``slow`` models a persistently slow
+rank: it applies on every step >= NRP_FAULT_STEP of every attempt.
+
+Log lines (stdout, flushed, each prefixed with ``[rank<r>] ``):
+    ``START rank=<r> world=<w> restart=<TORCHELASTIC_RESTART_COUNT>``
+    ``CONFIG <json>`` (rank 0: parsed ft / straggler / in-process-restart / train / checkpoint fields and types)
+    ``RESUMED from step <n>`` or ``STARTING from scratch``
+    ``FAULT_INJECTED kind=<k> step=<s> rank=<r>``
+    ``CHECKPOINT saved step=<n>`` (rank 0)
+    ``EXIT on signal step=<n>`` (exit-signal handler path; the process then exits 0)
+    ``FINISHED step=<n> params_sha256=<hex>`` (rank 0)
+
+Files in ``checkpoint.save``: ``iter_<step:07d>.pt`` (written atomically by rank 0; model, optimizer,
+TrainState and every rank's RNG/data-stream state), ``latest_checkpointed_iteration.txt`` (an iteration
+number, readable by ft_launcher's ``--ft-checkpoint-iteration-file``), ``final_params.pt`` (rank 0, end of
+training), ``ft_state.json`` (written by Megatron Bridge when ``ft.calc_ft_timeouts`` is on) and the fault
+marker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import hashlib
+import io
+import json
+import os
+import re
+import signal
+import socket
+import sys
+import threading
+import time
+from typing import Any
+
+from nemo_resiliency_plugins.testing.te_compat import ensure_megatron_bridge_importable
+
+ensure_megatron_bridge_importable()
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from megatron.bridge.models.gpt_provider import GPTModelProvider  # noqa: E402
+from megatron.bridge.training import fault_tolerance  # noqa: E402
+from megatron.bridge.training.config import (  # noqa: E402
+    CheckpointConfig,
+    ConfigContainer,
+    LoggerConfig,
+    MockGPTDatasetConfig,
+    OptimizerConfig,
+    RNGConfig,
+    SchedulerConfig,
+    TrainingConfig,
+    runtime_config_update,
+)
+from megatron.bridge.training.state import GlobalState  # noqa: E402
+from megatron.bridge.training.tokenizers.config import TokenizerConfig  # noqa: E402
+
+__all__ = [
+    "FAULT_KINDS",
+    "FaultSpec",
+    "main",
+    "params_sha256",
+    "pretrain",
+    "reference_config",
+    "reference_config_buildable",
+]
+
+FAULT_KINDS = ("kill", "hang", "raise", "sigterm", "slow")
+FAULT_MARKER = "nrp_fault_injected"
+TRACKER_FILE = "latest_checkpointed_iteration.txt"
+FINAL_PARAMS = "final_params.pt"
+_CKPT_RE = re.compile(r"^iter_(\d{7,})\.pt$")
+_CKPT_FORMAT = "nrp-reference-workload/1"
+
+# The toy model and data: y = x @ W_true^T + b_true + noise, fitted by one Linear layer.
+_IN_FEATURES = 16
+_OUT_FEATURES = 4
+_ROWS_PER_RANK = 32
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Configuration
+# ----------------------------------------------------------------------------------------------------------
+def _reference_kwargs(save_dir: str | None) -> dict[str, dict[str, Any]]:
+    """Constructor arguments of every sub-config the ConfigContainer constructor requires.
+
+    ``ConfigContainer`` has no defaults for ``train``, ``model``, ``optimizer``, ``scheduler``, ``dataset``,
+    ``logger``, ``tokenizer`` and ``checkpoint``; everything else (``rng``, ``ddp``, ``dist``, ...) has one.
+    The values are the smallest that pass Megatron Bridge's own ``ConfigContainer.validate()`` on CPU for any
+    world size: a 1-layer GPT provider (never instantiated; the workload trains a Linear), a mock dataset
+    (never built), a NullTokenizer, constant LR. ``ft``, ``straggler``, ``nvrx_straggler`` and
+    ``inprocess_restart`` are left at their default ``None``: the plugins set them.
+    """
+    return {
+        "train": dict(train_iters=20, global_batch_size=8, micro_batch_size=1),
+        "model": dict(
+            num_layers=1,
+            hidden_size=16,
+            num_attention_heads=1,
+            vocab_size=32,
+            seq_length=8,
+            make_vocab_size_divisible_by=8,
+        ),
+        # SGD with momentum, so that resume correctness depends on the optimizer state too.
+        "optimizer": dict(optimizer="sgd", lr=0.05, sgd_momentum=0.9, weight_decay=0.0, use_distributed_optimizer=False),
+        "scheduler": dict(lr_decay_style="constant"),
+        # GPTDatasetConfig.finalize() requires these three to be set explicitly.
+        "dataset": dict(
+            seq_length=8,
+            random_seed=1234,
+            reset_position_ids=False,
+            reset_attention_mask=False,
+            eod_mask_loss=False,
+        ),
+        "logger": dict(log_interval=1),
+        "tokenizer": dict(tokenizer_type="NullTokenizer", vocab_size=32),
+        "checkpoint": dict(save=save_dir, load=None, save_interval=5),
+        "rng": dict(seed=1234),
+    }
+
+
+_CLASSES = {
+    "train": TrainingConfig,
+    "model": GPTModelProvider,
+    "optimizer": OptimizerConfig,
+    "scheduler": SchedulerConfig,
+    "dataset": MockGPTDatasetConfig,
+    "logger": LoggerConfig,
+    "tokenizer": TokenizerConfig,
+    "checkpoint": CheckpointConfig,
+    "rng": RNGConfig,
+}
+
+
+def reference_config(save_dir: str | None = None) -> ConfigContainer:
+    """A tiny, valid Megatron Bridge ``ConfigContainer`` for the reference workload.
+
+    Fields the workload uses: ``train.train_iters``, ``train.exit_signal_handler``/``exit_signal``,
+    ``checkpoint.save``/``load``/``save_interval``, ``optimizer.lr``/``sgd_momentum``/``weight_decay``
+    (``optimizer.optimizer`` "sgd" or "adam" with ``adam_beta1/2``, ``adam_eps``), ``rng.seed``,
+    ``dist.distributed_timeout_minutes``, and ``ft`` (Megatron Bridge's fault-tolerance hooks).
+    """
+    kwargs = _reference_kwargs(save_dir)
+    return ConfigContainer(**{name: _CLASSES[name](**kw) for name, kw in kwargs.items()})
+
+
+def reference_config_buildable(save_dir: str | None = None):
+    """The same configuration as a NeMo-Run ``run.Config(ConfigContainer, ...)`` tree.
+
+    Every sub-config is itself a ``run.Config`` of the real Megatron Bridge class, with only primitive
+    arguments, so the tree survives NeMo-Run's ``ZlibJSONSerializer`` round trip (``Experiment.add``
+    validation) and ``fdl.build`` gives a real ``ConfigContainer``. ``ft``, ``straggler``, ``nvrx_straggler``
+    and ``inprocess_restart`` are not set (``None`` when built), for the plugins to fill in.
+    """
+    import nemo_run as run
+
+    kwargs = _reference_kwargs(save_dir)
+    return run.Config(ConfigContainer, **{name: run.Config(_CLASSES[name], **kw) for name, kw in kwargs.items()})
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Fault injection
+# ----------------------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class FaultSpec:
+    """Fault injection settings, from the ``NRP_*`` environment variables."""
+
+    kind: str | None = None
+    step: int = 0
+    rank: int = 1
+    step_time: float = 0.05
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> FaultSpec:
+        env = os.environ if env is None else env
+        kind = env.get("NRP_FAULT", "").strip().lower() or None
+        if kind is not None and kind not in FAULT_KINDS:
+            raise ValueError(f"NRP_FAULT={kind!r}: expected one of {', '.join(FAULT_KINDS)}")
+        return cls(
+            kind=kind,
+            step=int(env.get("NRP_FAULT_STEP", "0")),
+            rank=int(env.get("NRP_FAULT_RANK", "1")),
+            step_time=float(env.get("NRP_STEP_TIME", "0.05")),
+        )
+
+
+class _FaultInjector:
+    def __init__(self, spec: FaultSpec, rank: int, world: int, save_dir: str | None) -> None:
+        self.spec = spec
+        self.rank = rank
+        self.active = spec.kind is not None and rank == spec.rank
+        self.marker = os.path.join(save_dir, FAULT_MARKER) if save_dir else None
+        self._slow_announced = False
+        if spec.kind is not None and not 0 <= spec.rank < world and rank == 0:
+            _log(f"NOTE NRP_FAULT={spec.kind} ignored: NRP_FAULT_RANK={spec.rank} not in world of {world}")
+
+    def compute_delay(self, step: int) -> float:
+        """Extra sleep inside the compute part of this step (the straggler effect)."""
+        if self.active and self.spec.kind == "slow" and step >= self.spec.step:
+            if not self._slow_announced:
+                self._slow_announced = True
+                _log(f"FAULT_INJECTED kind=slow step={step} rank={self.rank}")
+            return 3.0 * self.spec.step_time
+        return self.spec.step_time
+
+    def maybe_inject(self, step: int) -> None:
+        """Called inside the step (between on_training_step_start and on_training_step_end)."""
+        kind = self.spec.kind
+        if not self.active or kind == "slow" or step != self.spec.step:
+            return
+        if self.marker is not None:
+            if os.path.exists(self.marker):
+                return  # already injected by an earlier attempt in this save dir
+            with open(self.marker, "w") as f:
+                f.write(f"kind={kind} step={step} rank={self.rank} pid={os.getpid()} time={time.time()}\n")
+                f.flush()
+                os.fsync(f.fileno())
+        _log(f"FAULT_INJECTED kind={kind} step={step} rank={self.rank}")
+        if kind == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+            time.sleep(60)  # never reached in practice
+        elif kind == "hang":
+            threading.Event().wait()
+        elif kind == "raise":
+            raise RuntimeError(f"NRP injected fault at step {step} on rank {self.rank}")
+        elif kind == "sigterm":
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Helpers
+# ----------------------------------------------------------------------------------------------------------
+def _rank_from_env() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+def _log(msg: str) -> None:
+    rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else _rank_from_env()
+    print(f"[rank{rank}] {msg}", flush=True)
+
+
+def params_sha256(model: torch.nn.Module) -> str:
+    """SHA-256 over the parameter names and raw bytes, in state_dict order."""
+    h = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        h.update(name.encode())
+        h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _init_process_group(cfg: ConfigContainer) -> bool:
+    """gloo process group from torchrun / ft_launcher env; a private 1-rank group when launched plainly."""
+    if dist.is_initialized():
+        return False
+    timeout = datetime.timedelta(minutes=cfg.dist.distributed_timeout_minutes)
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ:
+        dist.init_process_group("gloo", timeout=timeout)
+    else:
+        dist.init_process_group(
+            "gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1, timeout=timeout
+        )
+    return True
+
+
+def _describe(obj: Any) -> Any:
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: _describe(getattr(obj, f.name)) for f in dataclasses.fields(obj) if not f.name.startswith("_")}
+    if isinstance(obj, dict):
+        return {str(k): _describe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_describe(v) for v in obj]
+    return repr(obj)
+
+
+def config_summary(cfg: ConfigContainer) -> dict[str, Any]:
+    """The fields the workload and the plugins care about, with their Python types (for the CONFIG line)."""
+    summary: dict[str, Any] = {}
+    for name in ("ft", "nvrx_straggler", "inprocess_restart", "straggler"):
+        value = getattr(cfg, name)
+        summary[name] = _describe(value)
+        summary[f"{name}_type"] = type(value).__name__
+    for path in (
+        "train.train_iters",
+        "train.exit_signal_handler",
+        "train.exit_signal",
+        "checkpoint.save",
+        "checkpoint.load",
+        "checkpoint.save_interval",
+        "checkpoint.async_save",
+        "optimizer.optimizer",
+        "optimizer.lr",
+        "rng.seed",
+    ):
+        section, field = path.split(".")
+        value = getattr(getattr(cfg, section), field)
+        summary[path] = int(value) if isinstance(value, signal.Signals) else _describe(value)
+        summary[f"{path}_type"] = type(value).__name__
+    return summary
+
+
+def _ft_enabled(cfg: ConfigContainer) -> bool:
+    # Same test as Megatron Bridge's setup(): a plain dict here (the `+ft.x=...` trap) fails like a real run.
+    return bool(cfg.ft and cfg.ft.enable_ft_package)
+
+
+@contextlib.contextmanager
+def _simulated_fault_device_on_cpu():
+    # CPU accommodation: megatron.bridge.training.fault_tolerance.maybe_setup_simulated_fault creates its
+    # one-element rank broadcast tensor on torch.cuda.current_device(), which raises on a host without
+    # CUDA. With the gloo backend that tensor belongs on the CPU, so for the duration of that one call only
+    # current_device() answers "cpu"; everything else in the function (rank choice, broadcast, fault thread)
+    # is Megatron Bridge's own code.
+    if torch.cuda.is_available():
+        yield
+        return
+    original = torch.cuda.current_device
+    torch.cuda.current_device = lambda: "cpu"  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        torch.cuda.current_device = original  # type: ignore[assignment]
+
+
+def _build_optimizer(cfg: ConfigContainer, params) -> torch.optim.Optimizer:
+    o = cfg.optimizer
+    if o.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=o.lr, momentum=o.sgd_momentum, weight_decay=o.weight_decay)
+    if o.optimizer == "adam":
+        return torch.optim.Adam(
+            params, lr=o.lr, betas=(o.adam_beta1, o.adam_beta2), eps=o.adam_eps, weight_decay=o.weight_decay
+        )
+    raise ValueError(f"reference workload supports optimizer.optimizer in ('sgd', 'adam'), got {o.optimizer!r}")
+
+
+def _atomic_write_bytes(path: str, data: bytes) -> None:
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _atomic_torch_save(obj: Any, path: str) -> None:
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    _atomic_write_bytes(path, buf.getvalue())
+
+
+def _newest_checkpoint(directory: str | None) -> str | None:
+    if not directory or not os.path.isdir(directory):
+        return None
+    best: tuple[int, str] | None = None
+    for name in os.listdir(directory):
+        m = _CKPT_RE.match(name)
+        if m and (best is None or int(m.group(1)) > best[0]):
+            best = (int(m.group(1)), os.path.join(directory, name))
+    return best[1] if best else None
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Training
+# ----------------------------------------------------------------------------------------------------------
+class _Trainer:
+    def __init__(self, cfg: ConfigContainer, state: GlobalState) -> None:
+        self.cfg = cfg
+        self.state = state
+        self.rank = dist.get_rank()
+        self.world = dist.get_world_size()
+        self.save_dir = cfg.checkpoint.save
+        seed = cfg.rng.seed
+        # Identical initial weights on every rank; a target function shared by all ranks.
+        torch.manual_seed(seed)
+        self.model = torch.nn.Linear(_IN_FEATURES, _OUT_FEATURES)
+        target = torch.Generator().manual_seed(seed + 1)
+        self.w_true = torch.randn(_OUT_FEATURES, _IN_FEATURES, generator=target)
+        self.b_true = torch.randn(_OUT_FEATURES, generator=target)
+        self.optimizer = _build_optimizer(cfg, self.model.parameters())
+        # Per-rank deterministic data stream; its position is part of the checkpoint.
+        self.data_gen = torch.Generator().manual_seed(seed * 1000 + 17 + self.rank)
+        torch.manual_seed(seed * 1000 + 29 + self.rank)
+        self.last_saved_step = -1
+
+    # -- checkpointing -------------------------------------------------------------------------------------
+    def save_checkpoint(self) -> None:
+        step = self.state.train_state.step
+        fault_tolerance.on_checkpointing_start(self.state)
+        rng = {"data": self.data_gen.get_state(), "torch": torch.get_rng_state()}
+        gathered = [None] * self.world if self.rank == 0 else None
+        dist.gather_object(rng, gathered, dst=0)
+        if self.rank == 0:
+            os.makedirs(self.save_dir, exist_ok=True)
+            payload = {
+                "format": _CKPT_FORMAT,
+                "step": step,
+                "world_size": self.world,
+                "train_state": self.state.train_state.state_dict(),
+                "model": self.model.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "rng": gathered,
+            }
+            _atomic_torch_save(payload, os.path.join(self.save_dir, f"iter_{step:07d}.pt"))
+            _atomic_write_bytes(os.path.join(self.save_dir, TRACKER_FILE), f"{step}\n".encode())
+        dist.barrier()
+        fault_tolerance.on_checkpointing_end(is_async_finalization=False, global_state=self.state)
+        self.last_saved_step = step
+        if self.rank == 0:
+            _log(f"CHECKPOINT saved step={step}")
+
+    def maybe_resume(self) -> None:
+        load_dir = self.cfg.checkpoint.load or self.cfg.checkpoint.save
+        choice = [_newest_checkpoint(load_dir) if self.rank == 0 else None]
+        dist.broadcast_object_list(choice, src=0)
+        path = choice[0]
+        if path is None:
+            _log("STARTING from scratch")
+            return
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        if ckpt.get("format") != _CKPT_FORMAT:
+            raise RuntimeError(f"{path}: not a reference-workload checkpoint")
+        if ckpt["world_size"] != self.world:
+            raise RuntimeError(
+                f"{path} was written by {ckpt['world_size']} ranks; this run has {self.world} "
+                "(bit-exact resume needs the same world size)"
+            )
+        self.model.load_state_dict(ckpt["model"])
+        self.optimizer.load_state_dict(ckpt["optimizer"])
+        self.state.train_state.load_state_dict(ckpt["train_state"])
+        mine = ckpt["rng"][self.rank]
+        self.data_gen.set_state(mine["data"])
+        torch.set_rng_state(mine["torch"])
+        self.last_saved_step = self.state.train_state.step
+        fault_tolerance.on_checkpoint_loaded(is_local_chkpt=False, global_state=self.state)
+        _log(f"RESUMED from step {self.state.train_state.step} ({os.path.basename(path)})")
+
+    # -- one iteration ---------------------------------------------------------------------------------------
+    def train_step(self, injector: _FaultInjector) -> float:
+        step = self.state.train_state.step
+        injector.maybe_inject(step)
+        x = torch.randn(_ROWS_PER_RANK, _IN_FEATURES, generator=self.data_gen)
+        noise = 0.1 * torch.randn(_ROWS_PER_RANK, _OUT_FEATURES, generator=self.data_gen)
+        y = x @ self.w_true.T + self.b_true + noise
+        loss = torch.nn.functional.mse_loss(self.model(x), y)
+        self.optimizer.zero_grad(set_to_none=False)
+        loss.backward()
+        delay = injector.compute_delay(step)
+        if delay > 0:
+            time.sleep(delay)
+        for p in self.model.parameters():  # data-parallel gradient averaging by hand
+            dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
+            p.grad.div_(self.world)
+        self.optimizer.step()
+        return float(loss.detach())
+
+
+def pretrain(config: ConfigContainer) -> None:
+    """Run the reference training loop with an already-built ``ConfigContainer``.
+
+    Mirrors the order of Megatron Bridge's own ``pretrain``: ``runtime_config_update`` (incl. ``validate()``),
+    ``GlobalState`` with the config, process group, fault-tolerance ``setup`` (+ simulated fault), checkpoint
+    load, the loop with FT step/checkpointing hooks and the exit-signal check, FT ``shutdown``.
+    """
+    torch.set_num_threads(1)  # determinism and no oversubscription on small CPU hosts
+    cfg = config
+    _log(
+        f"START rank={_rank_from_env()} world={os.environ.get('WORLD_SIZE', '1')} "
+        f"restart={os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+    )
+    if _rank_from_env() == 0:
+        _log("CONFIG " + json.dumps(config_summary(cfg), sort_keys=True))
+
+    runtime_config_update(cfg)
+    state = GlobalState()
+    state.cfg = cfg  # also installs MB's DistributedSignalHandler when train.exit_signal_handler is set
+    created_pg = _init_process_group(cfg)
+    ft_on = _ft_enabled(cfg)
+    injector = None
+    try:
+        if ft_on:
+            fault_tolerance.setup(cfg, state)
+            with _simulated_fault_device_on_cpu():
+                fault_tolerance.maybe_setup_simulated_fault(cfg.ft)
+
+        trainer = _Trainer(cfg, state)
+        injector = _FaultInjector(FaultSpec.from_env(), trainer.rank, trainer.world, trainer.save_dir)
+        if trainer.save_dir and trainer.rank == 0:
+            os.makedirs(trainer.save_dir, exist_ok=True)
+        trainer.maybe_resume()
+        dist.barrier()
+
+        train_iters = cfg.train.train_iters
+        save_interval = cfg.checkpoint.save_interval
+        exited_on_signal = False
+        while state.train_state.step < train_iters:
+            fault_tolerance.on_training_step_start(state)
+            trainer.train_step(injector)
+            fault_tolerance.on_training_step_end(state)
+            state.train_state.step += 1
+            state.train_state.consumed_train_samples += _ROWS_PER_RANK * trainer.world
+
+            # Like Megatron Bridge's checkpoint_and_decide_exit: signal first, then the regular interval.
+            if cfg.train.exit_signal_handler and any(state.signal_handler.signals_received()):
+                if trainer.save_dir:
+                    trainer.save_checkpoint()
+                _log(f"EXIT on signal step={state.train_state.step}")
+                exited_on_signal = True
+                break
+            if trainer.save_dir and save_interval and state.train_state.step % save_interval == 0:
+                trainer.save_checkpoint()
+
+        if not exited_on_signal:
+            if trainer.save_dir and trainer.last_saved_step != state.train_state.step:
+                trainer.save_checkpoint()
+            if trainer.rank == 0:
+                if trainer.save_dir:
+                    _atomic_torch_save(trainer.model.state_dict(), os.path.join(trainer.save_dir, FINAL_PARAMS))
+                _log(f"FINISHED step={state.train_state.step} params_sha256={params_sha256(trainer.model)}")
+        if ft_on:
+            fault_tolerance.shutdown(state)
+        dist.barrier()
+    finally:
+        if state._signal_handler is not None:
+            state._signal_handler.release()
+        if created_pg and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Script entry: Megatron Bridge's override applier on :func:`reference_config`, then :func:`pretrain`."""
+    from megatron.bridge.training.utils.omegaconf_utils import process_config_with_overrides
+
+    overrides = list(sys.argv[1:] if argv is None else argv)
+    cfg = reference_config(save_dir=os.environ.get("NRP_SAVE_DIR") or None)
+    cfg = process_config_with_overrides(cfg, cli_overrides=overrides or None)
+    pretrain(cfg)
+
+
+if __name__ == "__main__":
+    main()

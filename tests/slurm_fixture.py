@@ -1,0 +1,262 @@
+"""pytest fixture for the local one-node Slurm cluster of ``.ci/slurm-up`` / ``.ci/slurm-down``.
+
+Use it from a conftest (``from tests.slurm_fixture import local_slurm  # noqa: F401``) and mark the
+tests ``@pytest.mark.slurm``. The session-scoped fixture ``local_slurm``:
+
+* runs ``.ci/slurm-up`` (idempotent; installs the packages if missing, needs root). If the cluster
+  cannot be brought up the test **fails** with the script's output -- it is never skipped;
+* stops the cluster at the end of the session only if this session started it (when CI's ``.ci/run``
+  or a developer started it beforehand, it is left running);
+* yields a :class:`LocalSlurm` with ``partition`` and ``run_sbatch(script_text, timeout)``.
+
+Job state: this cluster has no slurmdbd, so ``sacct`` answers "Slurm accounting storage is disabled"
+(rc 1). Jobs are followed with ``scontrol show job -o`` (the record lives ``MinJobAge`` = 60 s after
+the job ends); if the record is already gone, the last line for the job in the jobcomp file
+(``JobCompType=jobcomp/filetxt``, ``$SLURM_LOCAL_DIR/log/jobcomp.txt``) gives the final state.
+If ``sacct`` does work (a cluster with accounting), it is used as a further fallback.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SLURM_UP = REPO_ROOT / ".ci" / "slurm-up"
+SLURM_DOWN = REPO_ROOT / ".ci" / "slurm-down"
+STATE_DIR = Path(os.environ.get("SLURM_LOCAL_DIR", "/tmp/nrp-slurm"))
+
+#: States after which a job record does not change any more (unless someone requeues it).
+TERMINAL_STATES = frozenset(
+    {
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "OUT_OF_MEMORY",
+        "BOOT_FAIL",
+        "DEADLINE",
+    }
+)
+
+_KV = re.compile(r"(\w+)=(\S*)")
+
+
+def _sh(cmd: list[str], timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+def _exit_code(raw: str) -> int | None:
+    """Slurm's ``ExitCode=rc:signal`` -> rc, or 128+signal when the job was killed by a signal."""
+    m = re.fullmatch(r"(\d+):(\d+)", raw or "")
+    if not m:
+        return None
+    rc, sig = int(m.group(1)), int(m.group(2))
+    return 128 + sig if sig else rc
+
+
+@dataclass
+class JobResult:
+    """Outcome of a batch job. Unpacks as ``job_id, state, exit_code, stdout_text``."""
+
+    job_id: str
+    state: str
+    exit_code: int | None
+    stdout_text: str
+    restarts: int = 0
+    #: the last raw record (``scontrol show job`` / jobcomp / sacct fields)
+    record: dict[str, str] = field(default_factory=dict)
+    #: where the final state came from: "scontrol", "jobcomp" or "sacct"
+    source: str = ""
+    output_path: Path | None = None
+
+    def __iter__(self):
+        return iter((self.job_id, self.state, self.exit_code, self.stdout_text))
+
+
+class SlurmJobTimeout(AssertionError):
+    pass
+
+
+@dataclass
+class LocalSlurm:
+    partition: str
+    state_dir: Path
+    jobs_dir: Path
+    started_here: bool
+    #: whether ``sacct`` works on this cluster (False without slurmdbd)
+    accounting: bool
+    up_output: str = ""
+
+    # -- submission --------------------------------------------------------------------------------
+    def sbatch(self, script_text: str, args: Sequence[str] = (), name: str | None = None) -> tuple[str, Path]:
+        """Submit ``script_text`` with ``sbatch --parsable``; returns ``(job_id, output_path)``.
+
+        The job runs in its own directory under ``jobs_dir``; stdout and stderr go to one output file,
+        opened in append mode so a requeued job's runs are all kept. ``args`` go to sbatch before the
+        script (they override ``#SBATCH`` lines).
+        """
+        if not script_text.startswith("#!"):
+            script_text = "#!/bin/bash\n" + script_text
+        tag = name or f"job-{uuid.uuid4().hex[:8]}"
+        d = self.jobs_dir / tag
+        d.mkdir(parents=True, exist_ok=True)
+        script = d / "job.sh"
+        script.write_text(script_text)
+        out = d / "slurm-%j.out"
+        cmd = [
+            "sbatch",
+            "--parsable",
+            f"--partition={self.partition}",
+            f"--job-name={tag}",
+            f"--chdir={d}",
+            f"--output={out}",
+            "--open-mode=append",
+            *args,
+            str(script),
+        ]
+        p = _sh(cmd)
+        if p.returncode != 0:
+            raise AssertionError(f"sbatch failed (rc {p.returncode}): {' '.join(cmd)}\n{p.stdout}{p.stderr}")
+        job_id = p.stdout.strip().split(";")[0]
+        return job_id, Path(str(out).replace("%j", job_id))
+
+    # -- state -------------------------------------------------------------------------------------
+    def job_record(self, job_id: str) -> tuple[dict[str, str], str]:
+        """Current record of a job and where it came from; ``({}, "")`` if nothing knows the job."""
+        p = _sh(["scontrol", "show", "job", "-o", job_id])
+        if p.returncode == 0 and "JobState=" in p.stdout:
+            return dict(_KV.findall(p.stdout.splitlines()[0])), "scontrol"
+        # Record purged (MinJobAge) or controller restarted: fall back to the completion log.
+        rec = self._jobcomp_record(job_id)
+        if rec:
+            return rec, "jobcomp"
+        if self.accounting:
+            p = _sh(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "JobID,State,ExitCode"])
+            line = next((ln for ln in p.stdout.splitlines() if ln.split("|")[0] == job_id), "")
+            if p.returncode == 0 and line:
+                _, st, ec = line.split("|")
+                return {"JobState": st.split()[0], "ExitCode": ec}, "sacct"
+        return {}, ""
+
+    def _jobcomp_record(self, job_id: str) -> dict[str, str]:
+        path = self.state_dir / "log" / "jobcomp.txt"
+        try:
+            lines = path.read_text().splitlines()
+        except OSError:
+            return {}
+        for line in reversed(lines):
+            if line.startswith(f"JobId={job_id} "):
+                return dict(_KV.findall(line))
+        return {}
+
+    def wait(self, job_id: str, timeout: float, *, release_requeue_hold: bool = True,
+             output_path: Path | None = None, poll: float = 0.5) -> JobResult:
+        """Poll until the job reaches a terminal state; raise :class:`SlurmJobTimeout` after ``timeout`` s.
+
+        ``release_requeue_hold``: Slurm keeps a requeued batch job PENDING (Reason=BeginTime) for 120 s
+        before it may start again; with this flag the hold is lifted (``scontrol update StartTime=now``)
+        as soon as it is seen, so requeue tests take seconds instead of minutes.
+        """
+        deadline = time.monotonic() + timeout
+        released: set[str] = set()
+        rec: dict[str, str] = {}
+        src = ""
+        while True:
+            rec, src = self.job_record(job_id)
+            state = rec.get("JobState", "")
+            if state in TERMINAL_STATES:
+                break
+            restarts = rec.get("Restarts", "0")
+            if (release_requeue_hold and state == "PENDING" and rec.get("Reason") == "BeginTime"
+                    and restarts != "0" and restarts not in released):
+                _sh(["scontrol", "update", f"jobid={job_id}", "StartTime=now"])
+                released.add(restarts)
+            if time.monotonic() > deadline:
+                text = output_path.read_text() if output_path and output_path.exists() else ""
+                _sh(["scancel", job_id])
+                raise SlurmJobTimeout(
+                    f"job {job_id} not finished after {timeout:.0f} s (last state {state or '?'} from "
+                    f"{src or 'nothing'}: {rec}); cancelled it. Output so far:\n{text}"
+                )
+            time.sleep(poll)
+        text = ""
+        if output_path is not None:
+            # The batch output is written by slurmstepd; it is complete once the job is terminal.
+            text = output_path.read_text() if output_path.exists() else ""
+        return JobResult(
+            job_id=job_id,
+            state=state,
+            exit_code=_exit_code(rec.get("ExitCode", "")),
+            stdout_text=text,
+            restarts=int(rec.get("Restarts", "0") or 0),
+            record=rec,
+            source=src,
+            output_path=output_path,
+        )
+
+    def run_sbatch(self, script_text: str, timeout: float = 120, args: Sequence[str] = (),
+                   release_requeue_hold: bool = True) -> JobResult:
+        """Submit, wait for a terminal state, return ``(job_id, state, exit_code, stdout_text)``."""
+        job_id, out = self.sbatch(script_text, args)
+        return self.wait(job_id, timeout, release_requeue_hold=release_requeue_hold, output_path=out)
+
+
+def _controller_up() -> bool:
+    pidfile = STATE_DIR / "run" / "slurmctld.pid"
+    try:
+        pid = int(pidfile.read_text().strip())
+        if Path(f"/proc/{pid}/comm").read_text().strip() != "slurmctld":
+            return False
+    except (OSError, ValueError):
+        return False
+    try:
+        return _sh(["scontrol", "ping"], timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def _probe_accounting() -> bool:
+    try:
+        p = _sh(["sacct", "-n", "-X", "-j", "1"], timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return p.returncode == 0 and "disabled" not in (p.stderr + p.stdout)
+
+
+@pytest.fixture(scope="session")
+def local_slurm(tmp_path_factory: pytest.TempPathFactory):
+    already_up = _controller_up()
+    env = {**os.environ, "SLURM_LOCAL_DIR": str(STATE_DIR)}
+    try:
+        p = subprocess.run([str(SLURM_UP)], capture_output=True, text=True, timeout=600, env=env)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        pytest.fail(f"local Slurm: running {SLURM_UP} failed: {e!r}", pytrace=False)
+    out = (p.stdout + p.stderr).strip()
+    if p.returncode != 0:
+        pytest.fail(f"local Slurm: {SLURM_UP} exited {p.returncode}:\n{out}", pytrace=False)
+    slurm = LocalSlurm(
+        partition="debug",
+        state_dir=STATE_DIR,
+        jobs_dir=tmp_path_factory.mktemp("slurm-jobs"),
+        started_here=not already_up,
+        accounting=_probe_accounting(),
+        up_output=out,
+    )
+    try:
+        yield slurm
+    finally:
+        if slurm.started_here:
+            d = subprocess.run([str(SLURM_DOWN)], capture_output=True, text=True, timeout=300, env=env)
+            if d.returncode != 0:
+                raise RuntimeError(f"{SLURM_DOWN} exited {d.returncode}:\n{d.stdout}{d.stderr}")
