@@ -102,6 +102,7 @@ __all__ = [
     "FAULT_KINDS",
     "FaultSpec",
     "main",
+    "no_env_vars",
     "params_sha256",
     "pretrain",
     "reference_config",
@@ -198,7 +199,26 @@ def reference_config_buildable(save_dir: str | None = None):
     import nemo_run as run
 
     kwargs = _reference_kwargs(save_dir)
-    return run.Config(ConfigContainer, **{name: run.Config(_CLASSES[name], **kw) for name, kw in kwargs.items()})
+    return run.Config(
+        ConfigContainer,
+        env_vars=run.Config(no_env_vars),
+        **{name: run.Config(_CLASSES[name], **kw) for name, kw in kwargs.items()},
+    )
+
+
+def no_env_vars() -> dict[str, str]:
+    """Builds ``ConfigContainer.env_vars`` in :func:`reference_config_buildable`: always ``{}``.
+
+    Why it exists (the smallest route found; CPU/test accommodation): NeMo-Run's ``fdl_runner`` deserializes
+    the task in a fresh process, and fiddle imports every class the tree names while deserializing - before
+    anything of ours has run. The first ``megatron.bridge`` class it imports would fail without Transformer
+    Engine (see :mod:`~nemo_resiliency_plugins.testing.te_compat`). fiddle deserializes a Config's arguments
+    in signature order, and ``env_vars`` is ``ConfigContainer``'s first field, so this reference to *this*
+    module is resolved first; importing this module installs the accommodation, and the Megatron Bridge
+    classes that follow import normally. Replacing ``env_vars`` with a plain dict removes that guarantee
+    (only on machines without Transformer Engine).
+    """
+    return {}
 
 
 # ----------------------------------------------------------------------------------------------------------
