@@ -116,8 +116,11 @@ def install_ft_launcher(executor: Any, wanted: FaultTolerance, *, plugin: str) -
                 setattr(current, f.name, getattr(wanted, f.name))
         return current
     if isinstance(current, Torchrun) or type(current) is Launcher:
-        carried = {f.name: getattr(current, f.name) for f in dataclasses.fields(current)
-                   if f.name in {g.name for g in dataclasses.fields(FaultTolerance)} and f.init}
+        carried = {
+            f.name: getattr(current, f.name)
+            for f in dataclasses.fields(current)
+            if f.name in {g.name for g in dataclasses.fields(FaultTolerance)} and f.init
+        }
         for name, value in carried.items():
             setattr(wanted, name, value)
         executor.launcher = wanted

@@ -106,7 +106,9 @@ class FaultTolerancePlugin(run.Plugin):
         check.boolean("calc_ft_timeouts", self.calc_ft_timeouts)
         check.integer("num_in_job_restarts", self.num_in_job_restarts, min=0)
         check.integer("num_job_retries_on_failure", self.num_job_retries_on_failure, min=0)
-        check.number("initial_rank_heartbeat_timeout", self.initial_rank_heartbeat_timeout, positive=True, optional=True)
+        check.number(
+            "initial_rank_heartbeat_timeout", self.initial_rank_heartbeat_timeout, positive=True, optional=True
+        )
         check.number("rank_heartbeat_timeout", self.rank_heartbeat_timeout, positive=True, optional=True)
         check.callable_or_none("script_args_converter_fn", self.script_args_converter_fn)
         check.boolean("simulate_fault", self.simulate_fault)
@@ -124,7 +126,9 @@ class FaultTolerancePlugin(run.Plugin):
 
         if self.simulate_fault and not self.enable_ft_package:
             check.fail(
-                "simulate_fault", True, "False while enable_ft_package=False",
+                "simulate_fault",
+                True,
+                "False while enable_ft_package=False",
                 detail="Megatron Bridge only simulates faults when the FT package is enabled",
             )
         if self.workload_style == "sections" and self.calc_ft_timeouts:
@@ -139,11 +143,15 @@ class FaultTolerancePlugin(run.Plugin):
                         "KeyError for an undeclared one. Declare them, or set calc_ft_timeouts=False"
                     ),
                 )
-        if self.workload_style == "heartbeats" and self.initial_rank_heartbeat_timeout is None and (
-            self.rank_heartbeat_timeout is None
+        if (
+            self.workload_style == "heartbeats"
+            and self.initial_rank_heartbeat_timeout is None
+            and (self.rank_heartbeat_timeout is None)
         ):
             check.fail(
-                "rank_heartbeat_timeout", None, "a positive number with workload_style='heartbeats'",
+                "rank_heartbeat_timeout",
+                None,
+                "a positive number with workload_style='heartbeats'",
                 detail="a heartbeat-style workload with no heartbeat timeout has no hang detection",
             )
 
@@ -191,7 +199,11 @@ class FaultTolerancePlugin(run.Plugin):
         path = executor_config.deliver_file(executor, "ft_launcher.yaml", content, plugin=name)
         executor_config.set_env(task, executor, nvrx_launcher.CONFIG_PATH_ENV, path, plugin=name)
         executor_config.set_env(
-            task, executor, nvrx_launcher.MAX_RESTARTS_ENV, str(self.num_in_job_restarts), plugin=name,
+            task,
+            executor,
+            nvrx_launcher.MAX_RESTARTS_ENV,
+            str(self.num_in_job_restarts),
+            plugin=name,
             field="num_in_job_restarts",
         )
         if not executor_config.is_slurm(executor):

@@ -21,7 +21,9 @@ from typing import Any
 # Words Hydra's grammar reads as something other than a string when unquoted.
 _KEYWORDS = {"true", "false", "null", "none", "inf", "-inf", "+inf", "nan"}
 _BARE_STRING = re.compile(r"^[A-Za-z_][A-Za-z0-9_./-]*$")
-_OVERRIDE = re.compile(r"^(?P<prefix>\+{0,2}|~)(?P<key>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)(?:=(?P<value>.*))?$", re.S)
+_OVERRIDE = re.compile(
+    r"^(?P<prefix>\+{0,2}|~)(?P<key>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)(?:=(?P<value>.*))?$", re.S
+)
 
 
 def format_value(value: Any) -> str:
@@ -204,7 +206,7 @@ def same_value(a: Any, b: Any) -> bool:
     if isinstance(a, Mapping) and isinstance(b, Mapping):
         return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b, strict=True))
     return a == b
 
 

@@ -143,7 +143,11 @@ def _apply_converter(task: run.Script, plugin: str, script_args: Any, fn: Callab
     produced = fn(script_args)
     if not isinstance(produced, (list, tuple)) or not all(isinstance(a, str) for a in produced):
         raise ResiliencyConfigError(
-            plugin, "script_args_converter_fn", fn, "a function returning a list of str", detail=f"it returned {produced!r}"
+            plugin,
+            "script_args_converter_fn",
+            fn,
+            "a function returning a list of str",
+            detail=f"it returned {produced!r}",
         )
     task.args = list(task.args) + list(produced)
     return [Change(plugin, f"script args (custom converter): {' '.join(produced)}")]
@@ -218,8 +222,13 @@ def _set_whole_section(task, args, overrides, section: Section, values, plugin: 
                 ),
             )
     # Drop the user's per-field overrides we re-emit (they agree); a whole-section one stays, ours follow it.
-    drop = {o.index for o in overrides if o.key.startswith(section.name + ".") and o.key[len(section.name) + 1 :] in wanted}
-    new = [f"++{section.name}.{field}={_script_safe(plugin, section.name, field, value)}" for field, value in wanted.items()]
+    drop = {
+        o.index for o in overrides if o.key.startswith(section.name + ".") and o.key[len(section.name) + 1 :] in wanted
+    }
+    new = [
+        f"++{section.name}.{field}={_script_safe(plugin, section.name, field, value)}"
+        for field, value in wanted.items()
+    ]
     task.args = [a for i, a in enumerate(args) if i not in drop] + new
     return [Change(plugin, "override " + " ".join(new))]
 
@@ -260,8 +269,8 @@ def _check_agrees(plugin: str, key: str, raw: str | None, value: Any, where: str
 def _set_on_buildable(task: fdl.Buildable, section: Section, values: Mapping[str, Any], plugin: str) -> list[Change]:
     container = _find_container(task, section, plugin, required=True)
     container_cls = _target_class(container)
-    current = _explicit(container, section.name) if isinstance(container, fdl.Buildable) else getattr(
-        container, section.name
+    current = (
+        _explicit(container, section.name) if isinstance(container, fdl.Buildable) else getattr(container, section.name)
     )
     changes = []
     if current is None:

@@ -36,8 +36,13 @@ def test_section_table_matches_config_container(megatron_bridge):
 
 FT_CASES = [
     FaultTolerancePlugin(),
-    FaultTolerancePlugin(calc_ft_timeouts=False, simulate_fault=True, simulated_fault_type="rank_killed",
-                         simulated_fault_rank=1, simulated_fault_base_delay=12.5),
+    FaultTolerancePlugin(
+        calc_ft_timeouts=False,
+        simulate_fault=True,
+        simulated_fault_type="rank_killed",
+        simulated_fault_rank=1,
+        simulated_fault_base_delay=12.5,
+    ),
     FaultTolerancePlugin(enable_ft_package=False, calc_ft_timeouts=False),
 ]
 
@@ -54,7 +59,9 @@ def expected_ft(plugin: FaultTolerancePlugin) -> dict:
 
 
 @pytest.mark.parametrize("plugin", FT_CASES, ids=["defaults", "simulated-fault", "package-off"])
-def test_script_overrides_give_a_real_fault_tolerance_config(plugin, megatron_bridge, apply_overrides, workload, tmp_path):
+def test_script_overrides_give_a_real_fault_tolerance_config(
+    plugin, megatron_bridge, apply_overrides, workload, tmp_path
+):
     task = run.Script(path="/tmp/train.py", entrypoint="python", args=["train.train_iters=7"])
     plugin.setup(task, local_executor())
     cfg = workload.reference_config(str(tmp_path))

@@ -25,9 +25,15 @@ def nvrx_config(args: list[str], env: dict[str, str], monkeypatch):
 
 @pytest.mark.parametrize("restarts", [0, 3])
 def test_sections_reach_the_rank_monitor_and_heartbeats_do_not(restarts, monkeypatch):
-    plugin = FaultTolerancePlugin(num_in_job_restarts=restarts, section_timeouts={"setup": 60, "step": 7.5, "checkpointing": 30},
-                                  out_of_section_timeout=45, workload_check_interval=2, rank_termination_signal="SIGTERM",
-                                  log_level="DEBUG", max_no_progress_cycles=5)
+    plugin = FaultTolerancePlugin(
+        num_in_job_restarts=restarts,
+        section_timeouts={"setup": 60, "step": 7.5, "checkpointing": 30},
+        out_of_section_timeout=45,
+        workload_check_interval=2,
+        rank_termination_signal="SIGTERM",
+        log_level="DEBUG",
+        max_no_progress_cycles=5,
+    )
     job = add_job(run.Script(path="/tmp/train.py", entrypoint="python"), run.LocalExecutor(ntasks_per_node=2), [plugin])
     entrypoint, args, env = launch_command(job)
     assert entrypoint == "ft_launcher"
@@ -43,7 +49,9 @@ def test_sections_reach_the_rank_monitor_and_heartbeats_do_not(restarts, monkeyp
 
 
 def test_heartbeat_style_reaches_nvrx_as_heartbeats(monkeypatch):
-    plugin = FaultTolerancePlugin(workload_style="heartbeats", initial_rank_heartbeat_timeout=90, rank_heartbeat_timeout=15)
+    plugin = FaultTolerancePlugin(
+        workload_style="heartbeats", initial_rank_heartbeat_timeout=90, rank_heartbeat_timeout=15
+    )
     job = add_job(run.Script(path="/tmp/train.py", entrypoint="python"), run.LocalExecutor(ntasks_per_node=2), [plugin])
     _, args, env = launch_command(job)
     _, cfg = nvrx_config(args, env, monkeypatch)

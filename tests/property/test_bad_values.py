@@ -29,7 +29,9 @@ def init_fields(cls):
 
 
 @pytest.mark.parametrize(
-    ("cls", "field"), [(cls, name) for cls in PLUGINS for name in init_fields(cls)], ids=lambda v: getattr(v, "__name__", v)
+    ("cls", "field"),
+    [(cls, name) for cls in PLUGINS for name in init_fields(cls)],
+    ids=lambda v: getattr(v, "__name__", v),
 )
 @settings(max_examples=60, deadline=None)
 @given(value=anything)

@@ -22,8 +22,14 @@ def local(**kw):
 
 def slurm(tmp_path, **kw):
     return run.SlurmExecutor(
-        account="acct", partition="debug", nodes=1, ntasks_per_node=2, time="00:30:00",
-        tunnel=run.LocalTunnel(job_dir=str(tmp_path / "slurm-jobs")), packager=run.Packager(), **kw,
+        account="acct",
+        partition="debug",
+        nodes=1,
+        ntasks_per_node=2,
+        time="00:30:00",
+        tunnel=run.LocalTunnel(job_dir=str(tmp_path / "slurm-jobs")),
+        packager=run.Packager(),
+        **kw,
     )
 
 
@@ -101,7 +107,9 @@ def test_zero_restarts_really_means_zero():
 
 
 def test_heartbeat_style_passes_heartbeat_timeouts_and_no_sections():
-    plugin = FaultTolerancePlugin(workload_style="heartbeats", initial_rank_heartbeat_timeout=60, rank_heartbeat_timeout=10)
+    plugin = FaultTolerancePlugin(
+        workload_style="heartbeats", initial_rank_heartbeat_timeout=60, rank_heartbeat_timeout=10
+    )
     job = add_job(script(), local(), [plugin])
     _, args, env = launch_command(job)
     assert args[args.index("--ft-rank_heartbeat_timeout") + 1] == "10"

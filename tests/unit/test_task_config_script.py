@@ -64,7 +64,9 @@ def test_deleting_the_section_is_a_conflict_and_other_target_too():
 
 def test_always_present_section_uses_plain_dotted_overrides():
     task = script("train.exit_signal_handler=true")
-    set_config_fields(task, "train", {"exit_signal_handler": True, "exit_signal_handler_for_dataloader": False}, plugin="P")
+    set_config_fields(
+        task, "train", {"exit_signal_handler": True, "exit_signal_handler_for_dataloader": False}, plugin="P"
+    )
     assert task.args == ["train.exit_signal_handler=true", "train.exit_signal_handler_for_dataloader=false"]
     with pytest.raises(ResiliencyConfigError):
         set_config_fields(script("train.exit_signal_handler=False"), "train", {"exit_signal_handler": True}, plugin="P")
@@ -78,8 +80,12 @@ def test_values_that_would_not_survive_nemo_run_quoting_are_refused():
 def test_converter_escape_hatch_appends_whatever_it_returns():
     task = script("--keep")
     set_config_fields(
-        task, "ft", {"enable_ft_package": True}, plugin="P",
-        script_args={"x": 1}, script_args_converter_fn=lambda a: ["--ft", str(a["x"])],
+        task,
+        "ft",
+        {"enable_ft_package": True},
+        plugin="P",
+        script_args={"x": 1},
+        script_args_converter_fn=lambda a: ["--ft", str(a["x"])],
     )
     assert task.args == ["--keep", "--ft", "1"]
     with pytest.raises(ResiliencyConfigError, match="script_args_converter_fn"):
