@@ -49,6 +49,9 @@ TERMINAL_STATES = frozenset(
     }
 )
 
+#: seconds between seeing a requeued job's BeginTime hold and lifting it (see LocalSlurm.wait)
+REQUEUE_RELEASE_DELAY = 2.0
+
 _KV = re.compile(r"(\w+)=(\S*)")
 
 
@@ -160,16 +163,24 @@ class LocalSlurm:
                 return dict(_KV.findall(line))
         return {}
 
-    def wait(self, job_id: str, timeout: float, *, release_requeue_hold: bool = True,
-             output_path: Path | None = None, poll: float = 0.5) -> JobResult:
+    def wait(
+        self,
+        job_id: str,
+        timeout: float,
+        *,
+        release_requeue_hold: bool = True,
+        output_path: Path | None = None,
+        poll: float = 0.5,
+    ) -> JobResult:
         """Poll until the job reaches a terminal state; raise :class:`SlurmJobTimeout` after ``timeout`` s.
 
         ``release_requeue_hold``: Slurm keeps a requeued batch job PENDING (Reason=BeginTime) for 120 s
         before it may start again; with this flag the hold is lifted (``scontrol update StartTime=now``)
-        as soon as it is seen, so requeue tests take seconds instead of minutes.
+        ~2 s after it is seen, so requeue tests take seconds instead of minutes.
         """
         deadline = time.monotonic() + timeout
         released: set[str] = set()
+        hold_seen: dict[str, float] = {}
         rec: dict[str, str] = {}
         src = ""
         while True:
@@ -178,10 +189,20 @@ class LocalSlurm:
             if state in TERMINAL_STATES:
                 break
             restarts = rec.get("Restarts", "0")
-            if (release_requeue_hold and state == "PENDING" and rec.get("Reason") == "BeginTime"
-                    and restarts != "0" and restarts not in released):
-                _sh(["scontrol", "update", f"jobid={job_id}", "StartTime=now"])
-                released.add(restarts)
+            if (
+                release_requeue_hold
+                and state == "PENDING"
+                and rec.get("Reason") == "BeginTime"
+                and restarts != "0"
+                and restarts not in released
+            ):
+                # Not at once: slurmd rejects a launch whose credential is from the same second as the
+                # previous run's revocation ("Killing non-startable batch job: Job credential revoked",
+                # the job ends FAILED). 2 s after the requeue is safe.
+                first = hold_seen.setdefault(restarts, time.monotonic())
+                if time.monotonic() - first >= REQUEUE_RELEASE_DELAY:
+                    _sh(["scontrol", "update", f"jobid={job_id}", "StartTime=now"])
+                    released.add(restarts)
             if time.monotonic() > deadline:
                 text = output_path.read_text() if output_path and output_path.exists() else ""
                 _sh(["scancel", job_id])
@@ -205,8 +226,9 @@ class LocalSlurm:
             output_path=output_path,
         )
 
-    def run_sbatch(self, script_text: str, timeout: float = 120, args: Sequence[str] = (),
-                   release_requeue_hold: bool = True) -> JobResult:
+    def run_sbatch(
+        self, script_text: str, timeout: float = 120, args: Sequence[str] = (), release_requeue_hold: bool = True
+    ) -> JobResult:
         """Submit, wait for a terminal state, return ``(job_id, state, exit_code, stdout_text)``."""
         job_id, out = self.sbatch(script_text, args)
         return self.wait(job_id, timeout, release_requeue_hold=release_requeue_hold, output_path=out)

@@ -1,4 +1,4 @@
-"""Reference workload: a small, deterministic CPU training loop driven by Megatron Bridge's own resiliency code.
+"""Reference workload: a small deterministic CPU training loop driven by Megatron Bridge's resiliency code.
 
 It exists so that the plugins can be proven end to end on a machine without GPUs. The *configuration*, the
 *override parsing* and the *fault-tolerance integration* are Megatron Bridge's real code; only the model and
@@ -6,20 +6,24 @@ the training step are a toy (a ``torch.nn.Linear`` trained with a hand-written g
 because Megatron Bridge's real model/optimizer setup needs CUDA.
 
 What runs for real (Megatron Bridge 0.6):
-    * ``megatron.bridge.training.config.ConfigContainer`` and its sub-configs, built by :func:`reference_config`
-      (or, as a fiddle tree, by :func:`reference_config_buildable`), completed by Megatron Bridge's own
+    * ``megatron.bridge.training.config.ConfigContainer`` and its sub-configs, built by
+      :func:`reference_config` (or, as a fiddle tree, by :func:`reference_config_buildable`), completed by its own
       ``runtime_config_update`` (environment variables, data-parallel size, ``validate()``).
-    * Script path: Megatron Bridge's Hydra override applier ``process_config_with_overrides(cfg, cli_overrides=argv)``.
-    * ``GlobalState`` / ``TrainState`` / ``FaultToleranceState`` (checkpointed through ``TrainState.state_dict``).
+    * Script path: Megatron Bridge's Hydra override applier
+      ``process_config_with_overrides(cfg, cli_overrides=argv)``.
+    * ``GlobalState`` / ``TrainState`` / ``FaultToleranceState`` (TrainState is checkpointed via its state_dict).
     * ``megatron.bridge.training.fault_tolerance``: ``setup``, ``maybe_setup_simulated_fault``,
       ``on_checkpoint_loaded``, ``on_training_step_start/end``, ``on_checkpointing_start/end``, ``shutdown``,
       including its ``ft_state.json`` timeout persistence in the checkpoint directory.
-    * ``megatron.bridge.training.utils.sig_utils.DistributedSignalHandler`` (through ``GlobalState.signal_handler``)
-      when ``cfg.train.exit_signal_handler`` is set.
+    * ``megatron.bridge.training.utils.sig_utils.DistributedSignalHandler`` (through
+      ``GlobalState.signal_handler``) when ``cfg.train.exit_signal_handler`` is set.
 
 CPU accommodations (each marked ``# CPU accommodation:`` in the code):
     * ``maybe_setup_simulated_fault`` puts a one-element broadcast tensor on ``torch.cuda.current_device()``;
       on a host without CUDA that call is redirected to the CPU for the duration of the call only.
+    * Test accommodation: :func:`reference_config_buildable` builds ``env_vars`` through :func:`no_env_vars`
+      so that a fresh process deserializing the tree (NeMo-Run's fdl_runner) imports this module, and with
+      it :mod:`~nemo_resiliency_plugins.testing.te_compat`, before any Megatron Bridge class.
 
 Interfaces
 ----------
@@ -40,12 +44,13 @@ Environment variables (fault injection; all optional):
     ``NRP_SAVE_DIR``    script path only: default for ``checkpoint.save`` (an override still wins)
 
 kill/hang/raise/sigterm are injected once per save directory: a marker file ``nrp_fault_injected`` in
-``checkpoint.save`` stops a restarted attempt from injecting again. ``slow`` models a persistently slow
+``checkpoint.save`` stops a restarted attempt from injecting again (without ``checkpoint.save`` there is no
+marker and every attempt injects). ``slow`` models a persistently slow
 rank: it applies on every step >= NRP_FAULT_STEP of every attempt.
 
 Log lines (stdout, flushed, each prefixed with ``[rank<r>] ``):
     ``START rank=<r> world=<w> restart=<TORCHELASTIC_RESTART_COUNT>``
-    ``CONFIG <json>`` (rank 0: parsed ft / straggler / in-process-restart / train / checkpoint fields and types)
+    ``CONFIG <json>`` (rank 0: parsed ft/straggler/in-process-restart/train/checkpoint fields and types)
     ``RESUMED from step <n>`` or ``STARTING from scratch``
     ``FAULT_INJECTED kind=<k> step=<s> rank=<r>``
     ``CHECKPOINT saved step=<n>`` (rank 0)
@@ -146,7 +151,9 @@ def _reference_kwargs(save_dir: str | None) -> dict[str, dict[str, Any]]:
             make_vocab_size_divisible_by=8,
         ),
         # SGD with momentum, so that resume correctness depends on the optimizer state too.
-        "optimizer": dict(optimizer="sgd", lr=0.05, sgd_momentum=0.9, weight_decay=0.0, use_distributed_optimizer=False),
+        "optimizer": dict(
+            optimizer="sgd", lr=0.05, sgd_momentum=0.9, weight_decay=0.0, use_distributed_optimizer=False
+        ),
         "scheduler": dict(lr_decay_style="constant"),
         # GPTDatasetConfig.finalize() requires these three to be set explicitly.
         "dataset": dict(
@@ -299,7 +306,9 @@ def _rank_from_env() -> int:
 
 def _log(msg: str) -> None:
     rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else _rank_from_env()
-    print(f"[rank{rank}] {msg}", flush=True)
+    # One write per line, so lines of concurrently printing ranks do not interleave.
+    sys.stdout.write(f"[rank{rank}] {msg}\n")
+    sys.stdout.flush()
 
 
 def params_sha256(model: torch.nn.Module) -> str:

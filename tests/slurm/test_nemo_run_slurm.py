@@ -69,7 +69,11 @@ def test_nemo_run_slurm_executor_runs_script(local_slurm, tmp_path):
     env = {**os.environ, "NEMORUN_HOME": str(home)}
     p = subprocess.run(
         [sys.executable, "-c", SUBMIT, local_slurm.partition, VENV_BIN],
-        capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+        cwd=tmp_path,
     )
     out = p.stdout + p.stderr
     assert p.returncode == 0, out

@@ -1,0 +1,138 @@
+"""FaultTolerancePlugin end to end: the reference workload under the real ft_launcher through NeMo-Run's
+LocalExecutor, with real faults. Nothing here is mocked: torch + gloo ranks, NVRx's launcher and rank
+monitor, Megatron Bridge's config parser and fault-tolerance hooks.
+
+Every faulty run must end with parameters bit-identical to the fault-free run's.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import nemo_run as run
+import pytest
+import torch
+
+from nemo_resiliency_plugins import FaultTolerancePlugin
+from nemo_resiliency_plugins.testing.local_run import run_local, workload_task
+
+STEPS = 20  # the reference config's train.train_iters; checkpoint every 5 steps
+FAULT_STEP = 13  # resume from step 10
+STEP_TIME = "0.15"
+
+
+def plugin(**overrides) -> FaultTolerancePlugin:
+    settings = dict(
+        num_in_job_restarts=2,
+        section_timeouts={"setup": 120, "step": 5, "checkpointing": 60},
+        out_of_section_timeout=60,
+        workload_check_interval=1,
+        # Kept from Megatron Bridge's plugin; must not reach a section-based job (it would kill it at 10 s).
+        initial_rank_heartbeat_timeout=10,
+        rank_heartbeat_timeout=5,
+    )
+    settings.update(overrides)
+    return FaultTolerancePlugin(**settings)
+
+
+def script_task(save_dir: Path, fault: str | None = None):
+    env = {"NRP_STEP_TIME": STEP_TIME}
+    if fault:
+        env |= {"NRP_FAULT": fault, "NRP_FAULT_STEP": str(FAULT_STEP), "NRP_FAULT_RANK": "1"}
+    return workload_task([f"checkpoint.save={save_dir}"], env=env)
+
+
+def final_params(save_dir: Path) -> dict:
+    return torch.load(save_dir / "final_params.pt")
+
+
+def assert_same_params(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+
+
+def section_wait(result) -> float:
+    """Seconds the hung 'step' section had been open when NVRx's rank monitor reported it."""
+    lines = result.grep("Section 'step' has been open for")
+    assert lines, "the hang was not detected by the step section timeout:\n" + result.log[-4000:]
+    return float(re.search(r"has been open for ([0-9.]+) seconds", lines[0]).group(1))
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory):
+    """A fault-free run: its final parameters and ft_state.json are what the faulty runs compare against."""
+    save = tmp_path_factory.mktemp("baseline")
+    result = run_local(script_task(save), [plugin()], name="ft-baseline")
+    return result, save
+
+
+def test_fault_free_run_succeeds_and_outlives_the_initial_heartbeat_timeout(baseline):
+    result, save = baseline
+    assert result.state == "SUCCEEDED", result.log[-4000:]
+    assert not result.grep("will restart"), "a healthy job was restarted"
+    assert not result.grep("Did not get initial heartbeat")
+    # Longer than initial_rank_heartbeat_timeout=10: had it reached the launcher, the job would have died.
+    assert result.wall_s > 10
+    assert result.grep(f"FINISHED step={STEPS}")
+    assert (save / "ft_state.json").exists(), "calc_ft_timeouts=True: Megatron Bridge saves computed timeouts"
+
+
+def test_killed_rank_is_restarted_and_resumes_with_nothing_lost(baseline, tmp_path):
+    result = run_local(script_task(tmp_path, "kill"), [plugin()], name="ft-kill")
+    assert result.state == "SUCCEEDED", result.log[-4000:]
+    assert result.grep("FAULT_INJECTED kind=kill")
+    assert result.grep("will restart worker group")
+    assert result.grep("RESUMED from step 10")
+    assert_same_params(final_params(tmp_path), final_params(baseline[1]))
+
+
+def test_hang_in_a_step_is_caught_by_the_step_section_timeout(baseline, tmp_path, record_property):
+    result = run_local(script_task(tmp_path, "hang"), [plugin()], name="ft-hang")
+    assert result.state == "SUCCEEDED", result.log[-4000:]
+    waited = section_wait(result)
+    record_property("hang_detection_s_explicit_timeout", waited)
+    assert 5 <= waited < 5 + 3, "detected by the declared 5 s step timeout (+ the 1 s check interval)"
+    assert result.grep("RESUMED from step 10")
+    assert_same_params(final_params(tmp_path), final_params(baseline[1]))
+
+
+def test_second_run_uses_computed_timeouts_and_detects_a_hang_faster(baseline, tmp_path, record_property):
+    shutil.copy(baseline[1] / "ft_state.json", tmp_path / "ft_state.json")
+    result = run_local(script_task(tmp_path, "hang"), [plugin()], name="ft-hang-2nd")
+    assert result.state == "SUCCEEDED", result.log[-4000:]
+    assert result.grep("FT: loaded timeouts from"), "Megatron Bridge did not load ft_state.json"
+    waited = section_wait(result)
+    record_property("hang_detection_s_computed_timeout", waited)
+    assert waited < 5, f"computed step timeout should beat the declared 5 s; waited {waited}"
+    assert_same_params(final_params(tmp_path), final_params(baseline[1]))
+
+
+def test_partial_task_recovers_from_a_killed_rank(baseline, tmp_path):
+    from nemo_resiliency_plugins.testing import workload
+
+    task = run.Partial(workload.pretrain, config=workload.reference_config_buildable(str(tmp_path)))
+    env = {"NRP_STEP_TIME": STEP_TIME, "NRP_FAULT": "kill", "NRP_FAULT_STEP": str(FAULT_STEP)}
+    result = run_local(task, [plugin()], name="ft-partial-kill", env=env)
+    assert result.state == "SUCCEEDED", result.log[-4000:]
+    assert result.grep("will restart worker group") and result.grep("RESUMED from step 10")
+    assert_same_params(final_params(tmp_path), final_params(baseline[1]))
+
+
+def test_faults_beyond_the_restart_budget_end_failed(tmp_path):
+    """num_in_job_restarts=0 really means no restart, and run.run's job ends FAILED (it does not raise)."""
+    title = "ft-no-restarts"
+    run.run(
+        script_task(tmp_path, "kill"),
+        executor=run.LocalExecutor(ntasks_per_node=2),
+        plugins=[plugin(num_in_job_restarts=0)],
+        name=title,
+        detach=False,
+        tail_logs=False,
+    )
+    exp = run.Experiment.from_title(title)
+    state = exp.jobs[0].state
+    assert getattr(state, "name", str(state)) == "FAILED"
+    assert not (tmp_path / "final_params.pt").exists()
