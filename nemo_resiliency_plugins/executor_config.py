@@ -57,6 +57,19 @@ def set_env(task: Any, executor: Any, name: str, value: str, *, plugin: str, fie
     executor.env_vars[name] = value
 
 
+def get_env(task: Any, executor: Any, name: str) -> str | None:
+    """The value the job will see for ``name`` from the user's settings (``task.env`` wins), or None.
+
+    For plugins that accept more than one user value of a variable (e.g. ``TORCH_CPP_LOG_LEVEL`` ``error``
+    or ``fatal``) and must not overwrite the one the user chose.
+    """
+    if isinstance(task, run.Script) and task.env and name in task.env:
+        return str(task.env[name])
+    if name in executor.env_vars:
+        return str(executor.env_vars[name])
+    return None
+
+
 def set_retries(executor: Any, retries: int, *, plugin: str, field: str) -> None:
     """Job-level retries (Slurm requeues); 0 on the executor means 'not set by the user'."""
     current = getattr(executor, "retries", 0) or 0
@@ -239,3 +252,90 @@ def check_script_entrypoint(task: Any, *, plugin: str) -> None:
             f"run.Script(path={path!r}, entrypoint='python')"
         ),
     )
+
+
+# ------------------------------------------------------------------------------------- Slurm time limit
+
+_SLURM_TIME = re.compile(r"^(?:(?P<d>\d+)-)?(?P<a>\d+)(?::(?P<b>\d+))?(?::(?P<c>\d+))?$")
+
+
+def slurm_time_limit_seconds(value: Any) -> int | None:
+    """Seconds in a Slurm ``--time`` value; None for no limit (``UNLIMITED``/``INFINITE``, empty).
+
+    Slurm's forms: ``M``, ``M:S``, ``H:M:S``, ``D-H``, ``D-H:M``, ``D-H:M:S``. Raises ``ValueError`` for
+    anything else, so a plugin can report the executor's value instead of guessing.
+    """
+    if value is None:
+        return None
+    text = str(value).strip()
+    if text == "" or text.upper() in ("UNLIMITED", "INFINITE"):
+        return None
+    m = _SLURM_TIME.match(text)
+    if not m:
+        raise ValueError(f"not a Slurm time limit: {value!r}")
+    d, a, b, c = (int(m.group(k)) if m.group(k) is not None else None for k in ("d", "a", "b", "c"))
+    if d is not None:  # D-H, D-H:M, D-H:M:S
+        return ((d * 24 + a) * 60 + (b or 0)) * 60 + (c or 0)
+    if c is not None:  # H:M:S
+        return (a * 60 + b) * 60 + c
+    if b is not None:  # M:S
+        return a * 60 + b
+    return a * 60  # M
+
+
+# ------------------------------------------------------------- NeMo-Run's ft_launcher template and requeue
+
+#: Name of the environment variable that tells the requeue guard how early Slurm's preemption signal comes.
+PREEMPT_TIME_ENV = "NRP_PREEMPT_TIME"
+#: Slurm sends ``--signal=SIG@N`` up to this many seconds earlier than N (slurmctld checks every ~30 s).
+SLURM_SIGNAL_EARLY_S = 60
+_REQUEUE_GUARD_MARK = "# nemo-resiliency-plugins: requeue guard"
+
+_REQUEUE_GUARD = _REQUEUE_GUARD_MARK + r"""
+# NeMo-Run's ft_launcher sbatch template ends with `scontrol requeue` unless a "finished flag" file exists
+# or the failure limit is reached. Megatron Bridge never writes that flag, so a job that SUCCEEDED would be
+# requeued again and again. This function stands in for scontrol in that one call: when the training step
+# exited 0 and the job still had more time left than a preemption signal could have come early (so the
+# exit was not a save-and-exit on the time-limit signal), it writes the flag and does not requeue.
+# Any other call, a failed step, or a step that may have been preempted goes to the real scontrol.
+scontrol() {
+  if [ "${1:-}" = requeue ] && [ "${exitcode:-1}" = 0 ] && [ "${ANY_JOB_STEP_FAILED:-1}" = 0 ]; then
+    local nrp_end_text nrp_end nrp_left nrp_window
+    nrp_end_text=$(command squeue -h -j "$SLURM_JOB_ID" -o %e 2>/dev/null || true)
+    nrp_window=$(( ${NRP_PREEMPT_TIME:-0} + 60 + 30 ))
+    if [ -n "$nrp_end_text" ]; then
+      nrp_end=$(date -d "$nrp_end_text" +%s 2>/dev/null || echo none)
+      nrp_left=unlimited
+      [ "$nrp_end" = none ] || nrp_left=$(( nrp_end - $(date +%s) ))
+      if [ "$nrp_left" = unlimited ] || [ "$nrp_left" -gt "$nrp_window" ]; then
+        touch "$(dirname "$JOB_RESULTS_FILE")/$(basename "$FAULT_TOL_FINISHED_FLAG_FILE")"
+        echo "nemo-resiliency-plugins: step exited 0, ${nrp_left} s left > ${nrp_window} s: finished, not requeued"
+        return 0
+      fi
+      echo "nemo-resiliency-plugins: step exited 0, ${nrp_left} s left <= ${nrp_window} s: preempted, requeue"
+    fi
+  fi
+  command scontrol "$@"
+}"""
+
+
+def guard_ft_requeue(executor: Any, *, plugin: str) -> None:
+    """Stop NeMo-Run's ft_launcher sbatch template from requeueing a Slurm job that finished.
+
+    The template (``ft_launcher_slurm.j2``) requeues after every run unless the finished-flag file exists or
+    ``retries`` failures are in the job's results file. Megatron Bridge never writes the flag, so a
+    successful run is requeued forever (each run resumes at the last iteration and succeeds again). The guard
+    is a bash function in ``setup_lines`` (the only hook NeMo-Run gives before the template's last lines):
+    it intercepts the template's ``scontrol requeue`` and, when the step exited 0 outside the window in which
+    Slurm's preemption signal can arrive (``$NRP_PREEMPT_TIME`` + 60 s early + 30 s margin before the time
+    limit), writes the flag and skips the requeue. A failed step is requeued as before; a step that exited 0
+    inside the window (saved and exited on the preemption signal) is requeued to continue training. If the
+    job had in fact finished inside the window, the next run resumes at the last iteration, exits 0 at
+    once and the guard ends it then.
+    """
+    if not is_slurm(executor):
+        return
+    existing = executor.setup_lines or ""
+    if _REQUEUE_GUARD_MARK in existing:
+        return
+    executor.setup_lines = (existing.rstrip("\n") + "\n" if existing else "") + _REQUEUE_GUARD

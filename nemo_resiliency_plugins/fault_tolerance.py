@@ -189,6 +189,8 @@ class FaultTolerancePlugin(run.Plugin):
         executor_config.set_retries(
             executor, self.num_job_retries_on_failure, plugin=name, field="num_job_retries_on_failure"
         )
+        # NeMo-Run's ft_launcher sbatch template would requeue a finished job forever (no finished flag).
+        executor_config.guard_ft_requeue(executor, plugin=name)
         content = nvrx_launcher.config_file(
             section_timeouts=self.section_timeouts if not heartbeats else {},
             out_of_section_timeout=self.out_of_section_timeout if not heartbeats else None,

@@ -72,9 +72,10 @@ def run_local(
     with run.Experiment(name, base_dir=base_dir, log_level="WARN") as exp:
         exp.add(task, executor=executor, plugins=plugins, name=name)
         exp.run(sequential=True, detach=False)
-        job = exp.jobs[0]
-        state = getattr(job.state, "name", str(job.state))
-        job_dir = job.executor.job_dir
+    # NeMo-Run waits for the job when the Experiment context exits: the final state exists only after it.
+    job = exp.jobs[0]
+    state = getattr(job.state, "name", str(job.state))
+    job_dir = job.executor.job_dir
     wall = time.monotonic() - started
     logs = sorted(glob.glob(os.path.join(job_dir, "**", "combined.log"), recursive=True))
     text = "\n".join(Path(p).read_text(errors="replace") for p in logs)

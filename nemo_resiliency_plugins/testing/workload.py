@@ -17,10 +17,45 @@ What runs for real (Megatron Bridge 0.6):
       including its ``ft_state.json`` timeout persistence in the checkpoint directory.
     * ``megatron.bridge.training.utils.sig_utils.DistributedSignalHandler`` (through
       ``GlobalState.signal_handler``) when ``cfg.train.exit_signal_handler`` is set.
+    * NVRx straggler detection when ``cfg.nvrx_straggler`` is set: Megatron Bridge's own
+      ``NVRxStragglerDetectionManager`` (``GlobalState.nvrx_straggler_manager``) is initialised, wraps the train
+      step, is checked after every iteration with ``check_nvrx_straggler_detection`` (its report names the slow
+      rank on the logger ``nvrx_straggler.logger_name``; with ``stop_if_detected`` the loop saves a checkpoint
+      and ends with exit code 0, as Megatron Bridge's ``checkpoint_and_decide_exit`` does) and is shut down with
+      ``safe_shutdown_nvrx_straggler_manager``. NVRx's ``Detector`` computes the scores.
+    * Megatron Core's re-run state machine, initialised by Megatron Bridge's ``init_rerun_state`` from
+      ``cfg.rerun_state_machine``: each step runs inside ``should_run_forward_backward`` with the data behind a
+      ``RerunDataIterator``, the loss goes through Megatron Bridge's ``masked_next_token_loss`` (which validates
+      it when ``check_for_nan_in_loss`` / ``check_for_spiky_loss`` are on), and ``should_checkpoint_and_exit``
+      decides the exit code (16 or 17) like Megatron Bridge's ``train_step``/``train``.
+    * In-process restart when ``cfg.inprocess_restart.enabled``: the training loop is wrapped with Megatron
+      Bridge's own ``maybe_wrap_for_inprocess_restart`` (its coordination TCPStore, NVRx ``inprocess.Wrapper``
+      with Megatron Bridge's rank assignment, finalize/abort/health-check chain and timeouts) and called like
+      Megatron Bridge's ``pretrain`` calls it; each restart iteration builds its process group on a
+      ``PrefixStore(<iteration>, store)``, as Megatron Bridge's ``_pretrain`` does, and resumes from the last
+      checkpoint in the same processes. See "In-process restart" in the code.
 
 CPU accommodations (each marked ``# CPU accommodation:`` in the code):
     * ``maybe_setup_simulated_fault`` puts a one-element broadcast tensor on ``torch.cuda.current_device()``;
       on a host without CUDA that call is redirected to the CPU for the duration of the call only.
+    * NVRx straggler detection (see ``../shared/research/ft-cpu.md`` section 6): NVRx's CUPTI extension cannot
+      load here (it needs a newer libstdc++ and a GPU), so while the manager initialises, NVRx's
+      ``CuptiManager`` is replaced by :class:`_CpuKernelClock`, which reports the CPU time of the step's compute
+      part (forward, loss, backward and the injected delay; not the gradient all-reduce, as NVRx leaves NCCL
+      kernels out) as one "kernel". NVRx's report code and Megatron Bridge's thresholds then apply to it
+      unchanged. ``torch.cuda.synchronize`` (NVRx's report), ``torch.cuda.current_device`` (NVRx's interval
+      tracker, Megatron Bridge's stop flag broadcast) are redirected to the CPU during those calls only.
+    * Re-run state machine: Megatron Core's ``RerunStateMachine`` saves and restores the CUDA RNG state and
+      all-reduces its flags in CUDA tensors. During the train step ``torch.cuda.get_rng_state``/``set_rng_state``
+      are no-ops (there is no CUDA RNG) and ``current_device`` answers "cpu", and the machine's ``_reduce_any`` is
+      replaced on the instance by the same all-reduce on CPU tensors (gloo).
+    * In-process restart (see ``../shared/research/ft-cpu.md`` section 5): (a) NVRx's ``Wrapper`` adds NVML
+      GPU/NVLink/NIC health checks when ``LOCAL_RANK`` is set, which fail on a host without NVML at the first
+      restart; ``LOCAL_RANK`` is hidden while Megatron Bridge constructs the wrapper, and only then. (b) NVRx's
+      ``AbortTorchDistributed`` aborts only NCCL backends and gloo has no working abort, so a rank blocked in a
+      gloo collective is released only by the process-group timeout: inside the wrapper the gloo group uses
+      ``NRP_IPR_PG_TIMEOUT`` seconds (default 10) instead of ``dist.distributed_timeout_minutes`` (which on GPUs
+      is the NCCL watchdog the plugin sets above ``hard_timeout``).
     * Test accommodation: :func:`reference_config_buildable` builds ``env_vars`` through :func:`no_env_vars`
       so that a fresh process deserializing the tree (NeMo-Run's fdl_runner) imports this module, and with
       it :mod:`~nemo_resiliency_plugins.testing.te_compat`, before any Megatron Bridge class.
@@ -37,16 +72,20 @@ Python (e.g. ``run.Partial(pretrain, config=reference_config_buildable(d))``)::
     pretrain(reference_config("/tmp/ck"))
 
 Environment variables (fault injection; all optional):
-    ``NRP_FAULT``       one of kill, hang, raise, sigterm, slow
+    ``NRP_FAULT``       one of kill, hang, raise, sigterm, slow, nan, nan_persistent
     ``NRP_FAULT_STEP``  step (number of completed iterations) at which to inject; default 0
     ``NRP_FAULT_RANK``  global rank that injects; default 1
     ``NRP_STEP_TIME``   extra sleep per step in seconds; default 0.05
     ``NRP_SAVE_DIR``    script path only: default for ``checkpoint.save`` (an override still wins)
+    ``NRP_IPR_PG_TIMEOUT``  in-process restart only: gloo process-group timeout in seconds; default 10
 
 kill/hang/raise/sigterm are injected once per save directory: a marker file ``nrp_fault_injected`` in
 ``checkpoint.save`` stops a restarted attempt from injecting again (without ``checkpoint.save`` there is no
 marker and every attempt injects). ``slow`` models a persistently slow
-rank: it applies on every step >= NRP_FAULT_STEP of every attempt.
+rank: it applies on every step >= NRP_FAULT_STEP of every attempt (its compute part takes 3x as long).
+``nan`` adds NaN to the loss of step NRP_FAULT_STEP once (a transient fault: a re-run of the step is clean);
+``nan_persistent`` adds it on every run of that step in the attempt that injects it (the re-run reproduces
+it). Both use the marker, so a restarted attempt is clean.
 
 Log lines (stdout, flushed, each prefixed with ``[rank<r>] ``):
     ``START rank=<r> world=<w> restart=<TORCHELASTIC_RESTART_COUNT>``
@@ -55,7 +94,14 @@ Log lines (stdout, flushed, each prefixed with ``[rank<r>] ``):
     ``FAULT_INJECTED kind=<k> step=<s> rank=<r>``
     ``CHECKPOINT saved step=<n>`` (rank 0)
     ``EXIT on signal step=<n>`` (exit-signal handler path; the process then exits 0)
+    ``STRAGGLER_REPORT step=<n> elapsed_s=<s>`` (rank 0, each time NVRx's report interval elapsed; the
+    report itself is logged by Megatron Bridge's manager: ``STRAGGLER DETECTION WARNING ...``,
+    ``GPU relative performance:`` followed by ``Rank=<r> Node=<n> Score=<s>`` lines)
+    ``EXIT on straggler step=<n>`` (``stop_if_detected``; the process then exits 0)
+    ``EXIT rerun_state_machine exit_code=<c> step=<n>`` (the process then exits with that code)
     ``FINISHED step=<n> params_sha256=<hex>`` (rank 0)
+    ``INPROCESS iteration=<i> pid=<pid> time=<unix s>`` (in-process restart: each entry into the loop)
+    ``INPROCESS completed pid=<pid> iterations=<n>`` (in-process restart: the wrapper returned)
 
 Files in ``checkpoint.save``: ``iter_<step:07d>.pt`` (written atomically by rank 0; model, optimizer,
 TrainState and every rank's RNG/data-stream state), ``latest_checkpointed_iteration.txt`` (an iteration
@@ -72,6 +118,7 @@ import datetime
 import hashlib
 import io
 import json
+import logging
 import os
 import re
 import signal
@@ -89,6 +136,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from megatron.bridge.models.gpt_provider import GPTModelProvider  # noqa: E402
 from megatron.bridge.training import fault_tolerance  # noqa: E402
+from megatron.bridge.training import nvrx_straggler as mb_nvrx_straggler  # noqa: E402
 from megatron.bridge.training.config import (  # noqa: E402
     CheckpointConfig,
     ConfigContainer,
@@ -100,8 +148,15 @@ from megatron.bridge.training.config import (  # noqa: E402
     TrainingConfig,
     runtime_config_update,
 )
+from megatron.bridge.training.initialize import init_rerun_state  # noqa: E402
+from megatron.bridge.training.losses import masked_next_token_loss  # noqa: E402
 from megatron.bridge.training.state import GlobalState  # noqa: E402
 from megatron.bridge.training.tokenizers.config import TokenizerConfig  # noqa: E402
+from megatron.core.rerun_state_machine import (  # noqa: E402
+    RerunDataIterator,
+    destroy_rerun_state_machine,
+    get_rerun_state_machine,
+)
 
 __all__ = [
     "FAULT_KINDS",
@@ -114,7 +169,8 @@ __all__ = [
     "reference_config_buildable",
 ]
 
-FAULT_KINDS = ("kill", "hang", "raise", "sigterm", "slow")
+FAULT_KINDS = ("kill", "hang", "raise", "sigterm", "slow", "nan", "nan_persistent")
+_LOSS_FAULTS = ("nan", "nan_persistent")
 FAULT_MARKER = "nrp_fault_injected"
 TRACKER_FILE = "latest_checkpointed_iteration.txt"
 FINAL_PARAMS = "final_params.pt"
@@ -260,6 +316,8 @@ class _FaultInjector:
         self.rank = rank
         self.active = spec.kind is not None and rank == spec.rank
         self.marker = os.path.join(save_dir, FAULT_MARKER) if save_dir else None
+        # Whether an earlier attempt in this save dir already injected (nan_persistent looks at this only).
+        self.injected_before = self.marker is not None and os.path.exists(self.marker)
         self._slow_announced = False
         if spec.kind is not None and not 0 <= spec.rank < world and rank == 0:
             _log(f"NOTE NRP_FAULT={spec.kind} ignored: NRP_FAULT_RANK={spec.rank} not in world of {world}")
@@ -276,7 +334,7 @@ class _FaultInjector:
     def maybe_inject(self, step: int) -> None:
         """Called inside the step (between on_training_step_start and on_training_step_end)."""
         kind = self.spec.kind
-        if not self.active or kind == "slow" or step != self.spec.step:
+        if not self.active or kind == "slow" or kind in _LOSS_FAULTS or step != self.spec.step:
             return
         if self.marker is not None:
             if os.path.exists(self.marker):
@@ -295,6 +353,23 @@ class _FaultInjector:
             raise RuntimeError(f"NRP injected fault at step {step} on rank {self.rank}")
         elif kind == "sigterm":
             os.kill(os.getpid(), signal.SIGTERM)
+
+    def loss_fault(self, step: int) -> bool:
+        """Whether to add NaN to this (re-)run's loss (the ``nan`` and ``nan_persistent`` kinds)."""
+        kind = self.spec.kind
+        if not self.active or kind not in _LOSS_FAULTS or step != self.spec.step:
+            return False
+        if kind == "nan" and self.marker is not None and os.path.exists(self.marker):
+            return False  # transient: injected once, so the re-run of the step is clean
+        if kind == "nan_persistent" and self.injected_before:
+            return False  # reproducible within the attempt that injects it, not after a restart
+        if self.marker is not None and not os.path.exists(self.marker):
+            with open(self.marker, "w") as f:
+                f.write(f"kind={kind} step={step} rank={self.rank} pid={os.getpid()} time={time.time()}\n")
+                f.flush()
+                os.fsync(f.fileno())
+        _log(f"FAULT_INJECTED kind={kind} step={step} rank={self.rank}")
+        return True
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -326,10 +401,23 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _init_process_group(cfg: ConfigContainer) -> bool:
+def _init_process_group(cfg: ConfigContainer, restart_store: Any = None) -> bool:
     """gloo process group from torchrun / ft_launcher env; a private 1-rank group when launched plainly."""
     if dist.is_initialized():
         return False
+    if restart_store is not None:  # in-process restart: this iteration's store (see _run_with_inprocess_restart)
+        # CPU accommodation: gloo has no working abort (NVRx's AbortTorchDistributed aborts NCCL backends only),
+        # so a rank blocked in a collective when its peer fails is released only by this timeout; it bounds
+        # the in-process recovery time. dist.distributed_timeout_minutes is the NCCL watchdog on GPUs.
+        seconds = float(os.environ.get(IPR_PG_TIMEOUT_ENV, _IPR_PG_TIMEOUT_DEFAULT_S))
+        dist.init_process_group(
+            "gloo",
+            store=restart_store,
+            rank=int(os.environ["RANK"]),
+            world_size=int(os.environ["WORLD_SIZE"]),
+            timeout=datetime.timedelta(seconds=seconds),
+        )
+        return True
     timeout = datetime.timedelta(minutes=cfg.dist.distributed_timeout_minutes)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ:
         dist.init_process_group("gloo", timeout=timeout)
@@ -355,7 +443,7 @@ def _describe(obj: Any) -> Any:
 def config_summary(cfg: ConfigContainer) -> dict[str, Any]:
     """The fields the workload and the plugins care about, with their Python types (for the CONFIG line)."""
     summary: dict[str, Any] = {}
-    for name in ("ft", "nvrx_straggler", "inprocess_restart", "straggler"):
+    for name in ("ft", "nvrx_straggler", "inprocess_restart", "straggler", "rerun_state_machine"):
         value = getattr(cfg, name)
         summary[name] = _describe(value)
         summary[f"{name}_type"] = type(value).__name__
@@ -399,6 +487,158 @@ def _simulated_fault_device_on_cpu():
         yield
     finally:
         torch.cuda.current_device = original  # type: ignore[assignment]
+
+
+@contextlib.contextmanager
+def _cuda_calls_on_cpu():
+    # CPU accommodation (straggler detection and re-run state machine; see the module docstring): NVRx's
+    # Detector.generate_report calls torch.cuda.synchronize(), its ReportIntervalTracker and Megatron Bridge's
+    # stop-flag broadcast put one-element tensors on torch.cuda.current_device(), and Megatron Core's
+    # RerunStateMachine saves/restores torch.cuda's RNG state and names the device in its messages. There is no
+    # CUDA here and the process group is gloo: for the duration of those calls only, current_device() answers
+    # "cpu", synchronize() has nothing to wait for, and the CUDA RNG state is empty. Nothing is patched on a
+    # host with CUDA.
+    if torch.cuda.is_available():
+        yield
+        return
+    names = ("current_device", "synchronize", "get_rng_state", "set_rng_state")
+    saved = {name: getattr(torch.cuda, name) for name in names}
+    torch.cuda.current_device = lambda: "cpu"  # type: ignore[assignment]
+    torch.cuda.synchronize = lambda *a, **k: None  # type: ignore[assignment]
+    torch.cuda.get_rng_state = lambda *a, **k: torch.empty(0, dtype=torch.uint8)  # type: ignore[assignment]
+    torch.cuda.set_rng_state = lambda *a, **k: None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(torch.cuda, name, fn)
+
+
+def _reduce_any_on_cpu(value):
+    # CPU accommodation: Megatron Core's RerunStateMachine._reduce_any, with the flag tensor on the CPU (gloo)
+    # instead of device='cuda'. Same semantics: True on every rank if any rank has True.
+    if isinstance(value, list):
+        flags = torch.tensor(value, dtype=torch.int32)
+        dist.all_reduce(flags)
+        return tuple(x > 0 for x in flags.tolist())
+    flag = torch.tensor([value], dtype=torch.int32)
+    dist.all_reduce(flag)
+    return flag.item() > 0
+
+
+@dataclasses.dataclass(frozen=True)
+class _KernelStats:
+    """The fields NVRx reads from its CUPTI extension's per-kernel statistics."""
+
+    min: float
+    max: float
+    median: float
+    avg: float
+    stddev: float
+    num_calls: int
+
+
+class _CpuKernelClock:
+    """CPU accommodation: a stand-in for NVRx's ``CuptiManager`` (same methods), used only without CUDA.
+
+    CUPTI records the duration of every CUDA kernel launched while profiling is on (inside the train step that
+    Megatron Bridge's manager wraps). Here the step's compute part is timed instead, by :func:`_cpu_kernel`,
+    and reported as one kernel named ``cpu_compute``; the gradient all-reduce is left out, as NVRx leaves out
+    NCCL kernels (a fast rank waiting for a slow one in a collective is not slow itself). NVRx's
+    ``ReportGenerator`` turns these statistics into the GPU relative/individual scores exactly as it does
+    CUPTI's, and Megatron Bridge compares them with its thresholds.
+    """
+
+    active: _CpuKernelClock | None = None
+
+    def __init__(self, bufferSize=1_000_000, numBuffers=8, statsMaxLenPerKernel=4096):  # noqa: N803 (NVRx's names)
+        self.max_len = statsMaxLenPerKernel
+        self.started_cnt = 0
+        self.is_initialized = False
+        self.times: dict[str, list[float]] = {}
+        _CpuKernelClock.active = self
+
+    def initialize(self):
+        self.is_initialized = True
+
+    def shutdown(self):
+        self.is_initialized = False
+        self.started_cnt = 0
+        if _CpuKernelClock.active is self:
+            _CpuKernelClock.active = None
+
+    def start_profiling(self):
+        self.started_cnt += 1
+
+    def stop_profiling(self):
+        if self.started_cnt == 0:
+            raise RuntimeError("No active profiling run.")
+        self.started_cnt -= 1
+
+    def record(self, name: str, elapsed_ms: float) -> None:
+        if self.started_cnt > 0:
+            times = self.times.setdefault(name, [])
+            times.append(elapsed_ms)
+            del times[: -self.max_len]
+
+    def get_results(self):
+        results = {}
+        for name, times in self.times.items():
+            t = torch.tensor(times, dtype=torch.float64)
+            results[name] = _KernelStats(
+                min=t.min().item(),
+                max=t.max().item(),
+                median=t.median().item(),
+                avg=t.mean().item(),
+                stddev=t.std().item() if len(times) > 1 else float("nan"),
+                num_calls=len(times),
+            )
+        return results
+
+    def reset_results(self):
+        self.times = {}
+
+
+@contextlib.contextmanager
+def _cpu_kernel(name: str = "cpu_compute"):
+    """Times the compute part of a step for :class:`_CpuKernelClock` (a no-op when it is not in use)."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        clock = _CpuKernelClock.active
+        if clock is not None:
+            clock.record(name, (time.perf_counter() - start) * 1e3)
+
+
+@contextlib.contextmanager
+def _cupti_stand_in():
+    # CPU accommodation: NVRx's Detector.initialize() builds a CuptiManager, whose extension module cannot load
+    # on this host (it needs GLIBCXX_3.4.32) and has no GPU to profile anyway; for the duration of that call it
+    # builds a _CpuKernelClock instead. Nothing is replaced on a host with CUDA.
+    if torch.cuda.is_available():
+        yield
+        return
+    module = sys.modules[mb_nvrx_straggler.straggler.Detector.__module__]
+    original = module.CuptiManager
+    module.CuptiManager = _CpuKernelClock
+    try:
+        yield
+    finally:
+        module.CuptiManager = original
+
+
+def _route_logger(name: str, rank: int) -> None:
+    """Print a library logger's INFO+ records on stdout, prefixed like :func:`_log` (once per logger)."""
+    lib_logger = logging.getLogger(name)
+    if any(getattr(h, "_nrp_route", False) for h in lib_logger.handlers):
+        return
+    handler = logging.StreamHandler(sys.stdout)
+    handler._nrp_route = True  # type: ignore[attr-defined]
+    handler.setFormatter(logging.Formatter(f"[rank{rank}] %(name)s %(levelname)s: %(message)s"))
+    lib_logger.addHandler(handler)
+    lib_logger.setLevel(logging.INFO)
+    lib_logger.propagate = False
 
 
 def _build_optimizer(cfg: ConfigContainer, params) -> torch.optim.Optimizer:
@@ -458,8 +698,17 @@ class _Trainer:
         self.optimizer = _build_optimizer(cfg, self.model.parameters())
         # Per-rank deterministic data stream; its position is part of the checkpoint.
         self.data_gen = torch.Generator().manual_seed(seed * 1000 + 17 + self.rank)
+        # Batches are drawn lazily, one per next(); Megatron Core's RerunDataIterator replays a step's batch
+        # when the re-run state machine re-runs the step.
+        self.data_iterator = RerunDataIterator(self._batches())
         torch.manual_seed(seed * 1000 + 29 + self.rank)
         self.last_saved_step = -1
+
+    def _batches(self):
+        while True:
+            x = torch.randn(_ROWS_PER_RANK, _IN_FEATURES, generator=self.data_gen)
+            noise = 0.1 * torch.randn(_ROWS_PER_RANK, _OUT_FEATURES, generator=self.data_gen)
+            yield x, x @ self.w_true.T + self.b_true + noise
 
     # -- checkpointing -------------------------------------------------------------------------------------
     def save_checkpoint(self) -> None:
@@ -514,31 +763,56 @@ class _Trainer:
         _log(f"RESUMED from step {self.state.train_state.step} ({os.path.basename(path)})")
 
     # -- one iteration ---------------------------------------------------------------------------------------
-    def train_step(self, injector: _FaultInjector) -> float:
+    def train_step(self, injector: _FaultInjector) -> tuple[float, tuple[bool, int] | None]:
+        """One iteration, shaped like Megatron Bridge's ``train_step``.
+
+        Returns the loss and, when Megatron Core's re-run state machine says the job must stop,
+        ``(should_checkpoint, exit_code)`` (the optimizer step is then not taken).
+        """
         step = self.state.train_state.step
         injector.maybe_inject(step)
-        x = torch.randn(_ROWS_PER_RANK, _IN_FEATURES, generator=self.data_gen)
-        noise = 0.1 * torch.randn(_ROWS_PER_RANK, _OUT_FEATURES, generator=self.data_gen)
-        y = x @ self.w_true.T + self.b_true + noise
-        loss = torch.nn.functional.mse_loss(self.model(x), y)
-        self.optimizer.zero_grad(set_to_none=False)
-        loss.backward()
-        delay = injector.compute_delay(step)
-        if delay > 0:
-            time.sleep(delay)
-        for p in self.model.parameters():  # data-parallel gradient averaging by hand
-            dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
-            p.grad.div_(self.world)
+        rsm_cfg = self.cfg.rerun_state_machine
+        rerun_state_machine = get_rerun_state_machine()
+        loss_value = float("nan")
+        with _cuda_calls_on_cpu():
+            while rerun_state_machine.should_run_forward_backward(self.data_iterator):
+                self.optimizer.zero_grad(set_to_none=False)
+                with _cpu_kernel():
+                    x, y = next(self.data_iterator)
+                    squared_errors = (self.model(x) - y).pow(2)
+                    if injector.loss_fault(step):
+                        squared_errors = squared_errors + float("nan")
+                    # Megatron Bridge's loss function: validates the loss with the re-run state machine.
+                    loss_sum, num_elements, _ = masked_next_token_loss(
+                        torch.ones_like(squared_errors),
+                        squared_errors,
+                        check_for_nan_in_loss=rsm_cfg.check_for_nan_in_loss,
+                        check_for_spiky_loss=rsm_cfg.check_for_spiky_loss,
+                    )
+                    loss = loss_sum / num_elements
+                    loss.backward()
+                    delay = injector.compute_delay(step)
+                    if delay > 0:
+                        time.sleep(delay)
+                for p in self.model.parameters():  # data-parallel gradient averaging by hand
+                    dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
+                    p.grad.div_(self.world)
+                loss_value = float(loss.detach())
+            should_checkpoint, should_exit, exit_code = rerun_state_machine.should_checkpoint_and_exit()
+        if should_exit:
+            return loss_value, (should_checkpoint, exit_code)
         self.optimizer.step()
-        return float(loss.detach())
+        return loss_value, None
 
 
 def pretrain(config: ConfigContainer) -> None:
     """Run the reference training loop with an already-built ``ConfigContainer``.
 
     Mirrors the order of Megatron Bridge's own ``pretrain``: ``runtime_config_update`` (incl. ``validate()``),
-    ``GlobalState`` with the config, process group, fault-tolerance ``setup`` (+ simulated fault), checkpoint
-    load, the loop with FT step/checkpointing hooks and the exit-signal check, FT ``shutdown``.
+    ``GlobalState`` with the config, process group, re-run state machine (``init_rerun_state``),
+    fault-tolerance ``setup`` (+ simulated fault), checkpoint load, NVRx straggler manager set-up, the loop with
+    FT step/checkpointing hooks, the re-run state machine's exit decision, the exit-signal check and the
+    straggler check, straggler manager and FT ``shutdown``.
     """
     torch.set_num_threads(1)  # determinism and no oversubscription on small CPU hosts
     cfg = config
@@ -552,7 +826,21 @@ def pretrain(config: ConfigContainer) -> None:
     runtime_config_update(cfg)
     state = GlobalState()
     state.cfg = cfg  # also installs MB's DistributedSignalHandler when train.exit_signal_handler is set
-    created_pg = _init_process_group(cfg)
+    if _inprocess_restart_enabled(cfg):  # Megatron Bridge's wrapper calls _train_once; see "In-process restart"
+        _run_with_inprocess_restart(cfg, state)
+        return
+    _train_once(cfg, state)
+
+
+def _train_once(cfg: ConfigContainer, state: GlobalState, restart_store: Any = None) -> None:
+    """The training loop of :func:`pretrain`; in-process restart runs it once per restart iteration."""
+    created_pg = _init_process_group(cfg, restart_store)
+    # Megatron Bridge's initialize_megatron calls init_rerun_state once the process groups exist.
+    _route_logger("megatron.core.rerun_state_machine", dist.get_rank())
+    init_rerun_state(cfg.rerun_state_machine)
+    rerun_state_machine = get_rerun_state_machine()
+    if not torch.cuda.is_available():
+        rerun_state_machine._reduce_any = _reduce_any_on_cpu  # CPU accommodation, see _reduce_any_on_cpu
     ft_on = _ft_enabled(cfg)
     injector = None
     try:
@@ -566,15 +854,30 @@ def pretrain(config: ConfigContainer) -> None:
         if trainer.save_dir and trainer.rank == 0:
             os.makedirs(trainer.save_dir, exist_ok=True)
         trainer.maybe_resume()
+        # Megatron Bridge's train(): the state machine continues from the loaded iteration.
+        if rerun_state_machine.current_iteration != state.train_state.step:
+            rerun_state_machine.current_iteration = state.train_state.step
+        train_step = _setup_nvrx_straggler(state, trainer)
         dist.barrier()
 
         train_iters = cfg.train.train_iters
         save_interval = cfg.checkpoint.save_interval
         exited_on_signal = False
+        loop_start = time.monotonic()
         while state.train_state.step < train_iters:
             fault_tolerance.on_training_step_start(state)
-            trainer.train_step(injector)
+            _, rerun_exit = train_step(injector)
             fault_tolerance.on_training_step_end(state)
+            if rerun_exit is not None:
+                # Megatron Bridge's train(): checkpoint if asked, leave the loop, shut down, sys.exit(exit_code).
+                should_checkpoint, exit_code = rerun_exit
+                if should_checkpoint and trainer.save_dir:
+                    trainer.save_checkpoint()
+                _log(f"EXIT rerun_state_machine exit_code={exit_code} step={state.train_state.step}")
+                mb_nvrx_straggler.safe_shutdown_nvrx_straggler_manager(state.nvrx_straggler_manager)
+                if ft_on:
+                    fault_tolerance.shutdown(state)
+                sys.exit(exit_code)
             state.train_state.step += 1
             state.train_state.consumed_train_samples += _ROWS_PER_RANK * trainer.world
 
@@ -587,7 +890,18 @@ def pretrain(config: ConfigContainer) -> None:
                 break
             if trainer.save_dir and save_interval and state.train_state.step % save_interval == 0:
                 trainer.save_checkpoint()
+            # ... and last, NVRx straggler detection (collective: every rank calls it every iteration).
+            if _check_nvrx_straggler(state, trainer.rank, time.monotonic() - loop_start):
+                if trainer.save_dir and trainer.last_saved_step != state.train_state.step:
+                    trainer.save_checkpoint()
+                dist.barrier()
+                if trainer.rank == 0:
+                    _log("Exiting program due to straggler detection.")
+                _log(f"EXIT on straggler step={state.train_state.step}")
+                exited_on_signal = True
+                break
 
+        mb_nvrx_straggler.safe_shutdown_nvrx_straggler_manager(state.nvrx_straggler_manager)
         if not exited_on_signal:
             if trainer.save_dir and trainer.last_saved_step != state.train_state.step:
                 trainer.save_checkpoint()
@@ -603,6 +917,131 @@ def pretrain(config: ConfigContainer) -> None:
             state._signal_handler.release()
         if created_pg and dist.is_initialized():
             dist.destroy_process_group()
+        destroy_rerun_state_machine()
+
+
+def _setup_nvrx_straggler(state: GlobalState, trainer: _Trainer):
+    """Megatron Bridge's train(): initialise the NVRx manager and wrap the train step; a failure disables it."""
+    manager = state.nvrx_straggler_manager  # Megatron Bridge builds it when cfg.nvrx_straggler is set
+    if manager is None:
+        return trainer.train_step
+    _route_logger(manager.config.logger_name, trainer.rank)
+    try:
+        with _cupti_stand_in():
+            manager.initialize()
+        return manager.wrap_train_step_function(trainer.train_step)
+    except Exception as e:  # what Megatron Bridge does: report, then train on without detection
+        if trainer.rank == 0:
+            _log(f"Failed to initialize NVRx straggler detection: {e}")
+        state._nvrx_straggler_manager = None
+        return trainer.train_step
+
+
+def _check_nvrx_straggler(state: GlobalState, rank: int, elapsed_s: float) -> bool:
+    """Megatron Bridge's ``check_nvrx_straggler_detection``; True when the job should stop."""
+    manager = state.nvrx_straggler_manager
+    if manager is None:
+        return False
+    with _cuda_calls_on_cpu():
+        stop = mb_nvrx_straggler.check_nvrx_straggler_detection(manager)
+    if rank == 0 and manager.initialized and mb_nvrx_straggler.straggler.Detector.is_interval_elapsed():
+        _log(f"STRAGGLER_REPORT step={state.train_state.step} elapsed_s={elapsed_s:.2f}")
+    return stop
+
+
+# ----------------------------------------------------------------------------------------------------------
+# In-process restart
+# ----------------------------------------------------------------------------------------------------------
+IPR_PG_TIMEOUT_ENV = "NRP_IPR_PG_TIMEOUT"
+_IPR_PG_TIMEOUT_DEFAULT_S = 10.0
+
+
+def _inprocess_restart_enabled(cfg: ConfigContainer) -> bool:
+    # Same test as Megatron Bridge's pretrain(); a plain dict here (the override trap) fails as it would there.
+    return bool(cfg.inprocess_restart and cfg.inprocess_restart.enabled)
+
+
+def _run_with_inprocess_restart(cfg: ConfigContainer, state: GlobalState) -> None:
+    """Megatron Bridge's ``pretrain`` with in-process restart: wrap the loop with its own
+    ``maybe_wrap_for_inprocess_restart`` and call the result with the coordination store it returns.
+
+    After a fault on any rank, NVRx's wrapper aborts the process group, runs Megatron Bridge's finalize
+    (``destroy_global_state`` + ``GlobalState.reset_for_restart``), waits for every rank at its barrier and
+    calls :func:`_train_once` again in the same process, which resumes from the last checkpoint.
+    """
+    import itertools
+
+    from megatron.bridge.training.inprocess_restart import maybe_wrap_for_inprocess_restart
+
+    if dist.is_initialized():  # Megatron Bridge refuses this too: the wrapper owns the process group
+        raise RuntimeError("in-process restart needs to create the process group itself")
+    calls = itertools.count()
+
+    def train_fn(state: GlobalState, store: Any = None, inprocess_call_wrapper: Any = None) -> None:
+        # Megatron Bridge 0.6.2's adapter hands inprocess_call_wrapper=None (NVRx injects its CallWrapper only
+        # into annotated parameters, and the adapter has none). Every rank enters once per NVRx iteration, so
+        # counting entries gives the same iteration number on every rank, for the per-iteration store prefix.
+        iteration = inprocess_call_wrapper.iteration if inprocess_call_wrapper is not None else next(calls)
+        _log(f"INPROCESS iteration={iteration} pid={os.getpid()} time={time.time():.3f}")
+        _train_once(cfg, state, restart_store=dist.PrefixStore(str(iteration), store))
+
+    with _inprocess_wrapper_construction_on_cpu():
+        wrapped, store = maybe_wrap_for_inprocess_restart(train_fn, cfg.inprocess_restart, state)
+    wrapped(state, store=store)
+    _log(f"INPROCESS completed pid={os.getpid()} iterations={next(calls)}")
+
+
+@contextlib.contextmanager
+def _inprocess_wrapper_construction_on_cpu():
+    """While Megatron Bridge builds its in-process wrapper on a host without CUDA (construction only)."""
+    if torch.cuda.is_available():
+        yield
+        return
+    import nvidia_resiliency_ext.inprocess as inprocess
+
+    # CPU accommodation: NVRx's inprocess.Wrapper appends NVML-based GPU/NVLink/NIC health checks whenever
+    # LOCAL_RANK is set; without NVML they raise NVMLError_LibraryNotFound at the first restart and the job
+    # dies (ft-cpu.md section 5). LOCAL_RANK is hidden while the wrapper is constructed, and only then.
+    # Megatron Bridge's own health check (CudaHealthCheck, which checks nothing without CUDA, and FaultCounter)
+    # is kept.
+    saved = os.environ.pop("LOCAL_RANK", None)
+    _CpuThreadedFinalize = _cpu_threaded_finalize_class()
+    # CPU accommodation: NVRx 0.7's ThreadedFinalize raises "CUDA is not available" before running its
+    # function (it binds the finalize thread to the rank's GPU). Megatron Bridge builds its finalize steps
+    # (destroy_global_state + GlobalState.reset_for_restart, torch.cuda.empty_cache) from
+    # inprocess.finalize.ThreadedFinalize, so during construction that name is _CpuThreadedFinalize: the same
+    # functions, in a thread, with the same timeout, minus the GPU binding.
+    original_finalize = inprocess.finalize.ThreadedFinalize
+    inprocess.finalize.ThreadedFinalize = _CpuThreadedFinalize
+    try:
+        yield
+    finally:
+        inprocess.finalize.ThreadedFinalize = original_finalize
+        if saved is not None:
+            os.environ["LOCAL_RANK"] = saved
+
+
+def _cpu_threaded_finalize_class():
+    import nvidia_resiliency_ext.inprocess as inprocess
+
+    class CpuThreadedFinalize(inprocess.finalize.ThreadedFinalize):
+        """NVRx's ThreadedFinalize without the CUDA device binding (see _inprocess_wrapper_construction_on_cpu)."""
+
+        def __call__(self, state):
+            thread = threading.Thread(
+                target=self.fn,
+                args=self.args,
+                kwargs=self.kwargs,
+                name=f"CpuThreadedFinalize-{state.rank}",
+                daemon=True,
+            )
+            thread.start()
+            thread.join(self.timeout.total_seconds())
+            if thread.is_alive():
+                raise inprocess.exception.TimeoutError
+            return state
+
+    return CpuThreadedFinalize
 
 
 def main(argv: list[str] | None = None) -> None:

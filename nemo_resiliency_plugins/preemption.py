@@ -1,0 +1,238 @@
+"""PreemptionPlugin: save a checkpoint and exit cleanly when the scheduler says time is up.
+
+Drop-in for ``megatron.bridge.recipes.run_plugins.PreemptionPlugin`` (same fields, defaults and meaning):
+on a ``SlurmExecutor`` it asks Slurm for a signal ``preempt_time`` seconds before the time limit
+(``#SBATCH --signal=TERM@<preempt_time>``), and on every executor it switches on Megatron Bridge's exit
+handler (``train.exit_signal_handler``), which checks for the signal after each step, saves a checkpoint and
+exits 0. Other schedulers (Kubernetes, Lepton, a local run stopped with ``kill``) send SIGTERM too, so the
+handler is kept there; only the Slurm field is Slurm's.
+
+What it adds, each point checked against Megatron Bridge 0.6.2, NeMo-Run 0.11.1, NVRx 0.7.0, Slurm 22.05:
+
+* ``exit_signal`` (default ``SIGTERM``) is written to ``train.exit_signal`` as the signal's *number*
+  (``train.exit_signal=15``): Megatron Bridge's parser turns ``SIGTERM`` into the string ``'SIGTERM'``, and
+  ``DistributedSignalHandler`` then fails with "'str' object cannot be interpreted as an integer". The same
+  signal goes to Slurm, so the two cannot disagree.
+* Only signals a launcher passes on are allowed (SIGTERM, SIGINT, SIGHUP, SIGQUIT): ``torchrun`` and NVRx's
+  ``ft_launcher`` between Slurm and the ranks catch exactly these (``TORCHELASTIC_SIGNALS_TO_HANDLE``) and
+  forward them; any other signal's default action kills the launcher and the save never happens.
+* ``preempt_time`` is checked against the executor's time limit (a signal asked for at or before the start
+  never helps), and at ``setup()`` against one step plus one checkpoint save when the job's checkpoint
+  directory holds Megatron Bridge's ``ft_state.json`` (computed FT timeouts): shorter gives a warning.
+* ``enable_exit_handler_for_data_loader=True`` with ``enable_exit_handler=False`` is an error (Megatron
+  Bridge's plugin drops it silently).
+
+Time budget. Slurm sends the signal between ``preempt_time`` and ``preempt_time + 60`` seconds before the
+limit (slurmctld checks every ~30 s), and kills the job at the limit (SIGTERM, then SIGKILL after
+``KillWait``). Under ``ft_launcher`` the launcher forwards the signal and waits ``--term-timeout`` (1800 s
+by default) before SIGKILL, so the limit, not the launcher, bounds the save: ``preempt_time`` must cover the
+rest of the current step plus one checkpoint save. (``torchrun`` waits only 30 s: pytorch/pytorch#119856.)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal as _signal
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import nemo_run as run
+
+from nemo_resiliency_plugins import executor_config, task_config
+from nemo_resiliency_plugins.errors import ResiliencyConfigError
+from nemo_resiliency_plugins.validation import Checker
+
+logger = logging.getLogger(__name__)
+
+#: Signals that torchrun / ft_launcher catch and forward to the ranks (torch's TORCHELASTIC_SIGNALS_TO_HANDLE).
+FORWARDED_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
+#: Slurm's limit for the ``@sig_time`` part of ``--signal`` (seconds).
+SLURM_MAX_SIGNAL_TIME = 65535
+#: NVRx's default ``safety_factor``: computed section timeouts are the longest observed time times this.
+NVRX_SAFETY_FACTOR = 5.0
+FT_STATE_FILE = "ft_state.json"
+
+
+class PreemptionTimeWarning(UserWarning):
+    """``preempt_time`` may be too short for one step plus one checkpoint save."""
+
+
+@dataclass
+class PreemptionPluginScriptArgs:
+    """What ``script_args_converter_fn`` receives (a superset of Megatron Bridge's class of this name)."""
+
+    enable_exit_handler: bool
+    enable_exit_handler_for_data_loader: bool
+    exit_signal: _signal.Signals = _signal.SIGTERM
+
+
+@dataclass(kw_only=True)
+class PreemptionPlugin(run.Plugin):
+    """Checkpoint and exit 0 on the scheduler's signal, before the job is killed.
+
+    Megatron Bridge's fields (same defaults):
+        preempt_time: seconds before the Slurm time limit at which Slurm sends ``exit_signal``
+            (``executor.signal = "TERM@<preempt_time>"``). Must cover the rest of a step plus a checkpoint save.
+        enable_exit_handler: ``train.exit_signal_handler``: check for the signal after every step, save, exit 0.
+        enable_exit_handler_for_data_loader: ``train.exit_signal_handler_for_dataloader``: data-loader workers
+            catch the signal too, so they do not die before the main process has saved.
+        script_args_converter_fn: for ``run.Script`` tasks whose script does not take Hydra overrides;
+            receives :class:`PreemptionPluginScriptArgs`, returns the arguments to append.
+
+    Added:
+        exit_signal: the signal, by name (``"SIGTERM"``, ``"SIGINT"``, ``"SIGHUP"``, ``"SIGQUIT"``) or as a
+            ``signal.Signals``; written to ``train.exit_signal`` and to Slurm's ``--signal``.
+    """
+
+    # Megatron Bridge's PreemptionPlugin fields, same defaults.
+    preempt_time: int = 60
+    enable_exit_handler: bool = True
+    enable_exit_handler_for_data_loader: bool = False
+    script_args_converter_fn: Callable[[PreemptionPluginScriptArgs], list[str]] | None = None
+    # Megatron Bridge's TrainingConfig.exit_signal.
+    exit_signal: str | _signal.Signals = "SIGTERM"
+
+    def __post_init__(self) -> None:
+        check = Checker(type(self).__name__)
+        check.integer("preempt_time", self.preempt_time, min=1, max=SLURM_MAX_SIGNAL_TIME)
+        if type(self.preempt_time) is not int:  # an IntEnum (e.g. a signal) would reach sbatch by its name
+            check.fail("preempt_time", self.preempt_time, f"a plain int in [1, {SLURM_MAX_SIGNAL_TIME}]")
+        check.boolean("enable_exit_handler", self.enable_exit_handler)
+        check.boolean("enable_exit_handler_for_data_loader", self.enable_exit_handler_for_data_loader)
+        check.callable_or_none("script_args_converter_fn", self.script_args_converter_fn)
+        name = self.exit_signal.name if isinstance(self.exit_signal, _signal.Signals) else self.exit_signal
+        if not isinstance(name, str) or name.upper() not in FORWARDED_SIGNALS:
+            check.fail(
+                "exit_signal",
+                self.exit_signal,
+                "one of " + ", ".join(FORWARDED_SIGNALS),
+                detail=(
+                    "torchrun and ft_launcher forward only these to the ranks; another signal kills the launcher "
+                    "before the ranks can save"
+                ),
+            )
+        if self.enable_exit_handler_for_data_loader and not self.enable_exit_handler:
+            check.fail(
+                "enable_exit_handler_for_data_loader",
+                True,
+                "False while enable_exit_handler=False",
+                detail=(
+                    "without the exit handler the training process is killed by the signal and nothing is saved; "
+                    "set enable_exit_handler=True or leave this False"
+                ),
+            )
+
+    @property
+    def signal(self) -> _signal.Signals:
+        """The exit signal as ``signal.Signals`` (what ``TrainingConfig.exit_signal`` holds)."""
+        if isinstance(self.exit_signal, _signal.Signals):
+            return self.exit_signal
+        return _signal.Signals[self.exit_signal.upper()]
+
+    @property
+    def slurm_signal(self) -> str:
+        """``executor.signal`` for Slurm: ``TERM@60`` (the form Megatron Bridge's plugin writes)."""
+        return f"{self.signal.name.removeprefix('SIG')}@{self.preempt_time}"
+
+    # ------------------------------------------------------------------------------------------- setup
+
+    def setup(self, task: run.Partial | run.Script, executor: run.Executor) -> None:
+        name = type(self).__name__
+        changes = []
+        if self.enable_exit_handler:
+            changes = task_config.set_config_fields(
+                task,
+                "train",
+                {
+                    "exit_signal_handler": True,
+                    "exit_signal_handler_for_dataloader": self.enable_exit_handler_for_data_loader,
+                    "exit_signal": self.signal,
+                },
+                plugin=name,
+                script_args=self.script_args(),
+                script_args_converter_fn=self.script_args_converter_fn,
+            )
+        if executor_config.is_slurm(executor):
+            self._check_time_limit(executor)
+            executor_config.set_slurm_field(executor, "signal", self.slurm_signal, plugin=name, field="preempt_time")
+            # Tells the ft_launcher requeue guard how early the signal may come (harmless without it).
+            executor_config.set_env(
+                task,
+                executor,
+                executor_config.PREEMPT_TIME_ENV,
+                str(self.preempt_time),
+                plugin=name,
+                field="preempt_time",
+            )
+            executor_config.guard_ft_requeue(executor, plugin=name)
+        self._warn_if_too_short(task)
+        for change in changes:
+            logger.info("%s: %s", name, change.description)
+
+    def script_args(self) -> PreemptionPluginScriptArgs:
+        return PreemptionPluginScriptArgs(
+            enable_exit_handler=self.enable_exit_handler,
+            enable_exit_handler_for_data_loader=self.enable_exit_handler_for_data_loader,
+            exit_signal=self.signal,
+        )
+
+    def _check_time_limit(self, executor: Any) -> None:
+        name = type(self).__name__
+        try:
+            limit = executor_config.slurm_time_limit_seconds(executor.time)
+        except ValueError:
+            raise ResiliencyConfigError(
+                name,
+                "executor.time",
+                executor.time,
+                "a Slurm time limit such as '04:00:00', '90', '1-00:00:00' or 'UNLIMITED'",
+                detail="preempt_time is checked against it",
+            ) from None
+        if limit is not None and self.preempt_time >= limit:
+            raise ResiliencyConfigError(
+                name,
+                "preempt_time",
+                self.preempt_time,
+                f"fewer seconds than the executor's time limit ({executor.time!r} = {limit} s)",
+                detail="Slurm would send the signal at or before the job starts",
+            )
+
+    def _warn_if_too_short(self, task: Any) -> None:
+        """Warn when ``ft_state.json`` says one step plus one save may take longer than ``preempt_time``."""
+        estimate = step_plus_save_seconds(task_config.read_config_field(task, "checkpoint", "save"))
+        if estimate is None or self.preempt_time >= estimate:
+            return
+        message = (
+            f"{type(self).__name__}.preempt_time={self.preempt_time} may be too short: Megatron Bridge's computed "
+            f"FT timeouts put one step plus one checkpoint save at up to {estimate:.0f} s (section timeouts / "
+            f"NVRx safety factor {NVRX_SAFETY_FACTOR:g}). If the save does not finish before the time limit, "
+            "the job is killed and the save is lost; raise preempt_time"
+        )
+        warnings.warn(message, PreemptionTimeWarning, stacklevel=3)
+        logger.warning(message)
+
+
+def step_plus_save_seconds(checkpoint_dir: Any) -> float | None:
+    """One step plus one checkpoint save, from ``<checkpoint_dir>/ft_state.json``; None when unknown.
+
+    Megatron Bridge (``ft.calc_ft_timeouts``) stores NVRx's computed section timeouts there; each is the
+    longest observed section time times NVRx's safety factor, so dividing gives the observed time back.
+    """
+    if not isinstance(checkpoint_dir, str) or not checkpoint_dir:
+        return None
+    path = os.path.join(checkpoint_dir, FT_STATE_FILE)
+    try:
+        with open(path) as handle:
+            state = json.load(handle)
+        sections = state["current_timeouts"]["section"]["section"]
+        step, save = float(sections["step"]), float(sections["checkpointing"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return (step + save) / NVRX_SAFETY_FACTOR
+
+
+__all__ = ["PreemptionPlugin", "PreemptionPluginScriptArgs", "PreemptionTimeWarning", "ResiliencyConfigError"]

@@ -1,0 +1,132 @@
+"""Submit the reference workload with our plugins through NeMo-Run's real SlurmExecutor + LocalTunnel.
+
+Same set-up as tests/slurm/test_nemo_run_slurm.py (see its docstring for why each setting is needed); the
+experiment is built in a subprocess so NEMORUN_HOME is a fresh directory per job. The job is followed with
+the ``local_slurm`` fixture (no accounting here, so NeMo-Run cannot follow it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+VENV_BIN = str(Path(sys.executable).parent)
+
+SUBMIT = textwrap.dedent(
+    """
+    import json, os, sys
+    import nemo_run as run
+    from nemo_resiliency_plugins.fault_tolerance import FaultTolerancePlugin
+    from nemo_resiliency_plugins.preemption import PreemptionPlugin
+
+    spec = json.loads(sys.argv[1])
+    home = os.environ["NEMORUN_HOME"]
+    executor = run.SlurmExecutor(
+        account="local",
+        partition=spec["partition"],
+        tunnel=run.LocalTunnel(job_dir=os.path.join(home, "experiments")),
+        nodes=1,
+        ntasks_per_node=2,
+        time=spec["time"],
+        container_image=None,
+        packager=run.Packager(),
+        env_vars={"PATH": spec["venv_bin"] + ":/usr/local/bin:/usr/bin:/bin", **spec["env"]},
+    )
+    task = run.Script(
+        path="nemo_resiliency_plugins.testing.workload", m=True, entrypoint="python", args=spec["args"]
+    )
+    plugins = []
+    if spec.get("preemption") is not None:
+        plugins.append(PreemptionPlugin(**spec["preemption"]))
+    if spec.get("ft") is not None:
+        plugins.append(FaultTolerancePlugin(**spec["ft"]))
+    with run.Experiment(spec["name"], executor=executor, skip_status_at_exit=True,
+                        enable_goodbye_message=False) as exp:
+        exp.add(task, name="train", plugins=plugins)
+        exp.run(detach=True)
+        handle = exp.jobs[0].handle
+    print(f"HANDLE={handle}")
+    print(f"EXPDIR={exp._exp_dir}")
+    """
+)
+
+
+@dataclass
+class SubmittedJob:
+    job_id: str
+    exp_dir: Path
+    submitted_at: float
+
+    def task_dir(self) -> Path:
+        return self.exp_dir / "train"
+
+    def sbatch_script(self) -> str:
+        return next(self.exp_dir.glob("*_sbatch.sh")).read_text()
+
+    def logs(self) -> str:
+        """Every attempt's rank/launcher log (``log-*_<restart>.out``) and the batch log, in name order."""
+        files = sorted(self.task_dir().glob("*.out"))
+        return "\n".join(f"===== {f.name}\n{f.read_text(errors='replace')}" for f in files)
+
+    def attempt_logs(self) -> dict[int, str]:
+        """``SLURM_RESTART_COUNT`` -> that attempt's srun output (NeMo-Run names it ``..._<restart>.out``)."""
+        out = {}
+        for f in self.task_dir().glob("log-*.out"):
+            m = re.search(r"_(\d+)\.out$", f.name)
+            if m:
+                out[int(m.group(1))] = f.read_text(errors="replace")
+        return out
+
+
+def submit(
+    local_slurm: Any,
+    tmp_path: Path,
+    *,
+    name: str,
+    args: list[str],
+    time_limit: str,
+    env: dict[str, str] | None = None,
+    preemption: dict[str, Any] | None = None,
+    ft: dict[str, Any] | None = None,
+) -> SubmittedJob:
+    home = tmp_path / "nemorun_home"
+    home.mkdir(exist_ok=True)
+    spec = dict(
+        partition=local_slurm.partition,
+        time=time_limit,
+        venv_bin=VENV_BIN,
+        env=env or {},
+        args=args,
+        name=name,
+        preemption=preemption,
+        ft=ft,
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", SUBMIT, json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "NEMORUN_HOME": str(home)},
+        cwd=tmp_path,
+    )
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out
+    handle = next(ln.split("=", 1)[1] for ln in p.stdout.splitlines() if ln.startswith("HANDLE="))
+    exp_dir = Path(next(ln.split("=", 1)[1] for ln in p.stdout.splitlines() if ln.startswith("EXPDIR=")))
+    job_id = handle.rstrip("/").split("/")[-1]
+    assert job_id.isdigit(), (handle, out)
+    return SubmittedJob(job_id=job_id, exp_dir=exp_dir, submitted_at=time.time())
+
+
+def finished_hash(text: str) -> tuple[int, str]:
+    m = re.findall(r"FINISHED step=(\d+) params_sha256=([0-9a-f]+)", text)
+    assert m, "no FINISHED line:\n" + text[-6000:]
+    return int(m[-1][0]), m[-1][1]
