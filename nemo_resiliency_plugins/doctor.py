@@ -1,0 +1,332 @@
+"""``nemo-resiliency doctor``: why does training hang, why did fault tolerance not trigger?
+
+Each check looks at what a job will really get - the task and executor after the plugins ran (from an
+experiment directory NeMo-Run saved, or from a recipe applied to a representative task) - and gives a
+verdict: ``pass``, ``warn``, ``FAIL`` or ``n/a``. Any FAIL makes the command exit non-zero.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import nemo_run as run
+from nemo_run.core.execution.launcher import FaultTolerance, Torchrun
+
+from nemo_resiliency_plugins import nvrx_launcher
+from nemo_resiliency_plugins.hydra_overrides import find_overrides, parse_value
+from nemo_resiliency_plugins.timeout_chain import timeout_chain
+
+# A computed section timeout below this is almost certainly measured on a toy run (NVRx multiplies the
+# longest observed time by 5): one slow save or step on a loaded node would be killed as a hang.
+TIGHT_TIMEOUT_S = 1.0
+
+
+@dataclass
+class Check:
+    name: str
+    verdict: str  # pass | warn | FAIL | n/a
+    detail: str
+
+
+def _check(name: str, ok: bool | None, detail: str, *, warn_only: bool = False) -> Check:
+    if ok is None:
+        return Check(name, "n/a", detail)
+    return Check(name, "pass" if ok else ("warn" if warn_only else "FAIL"), detail)
+
+
+def _task_ft_enabled(task: Any) -> bool | None:
+    """Does the task switch Megatron Bridge's FT package on? None when it says nothing."""
+    if isinstance(task, run.Script):
+        value = None
+        for o in find_overrides(task.args):
+            if o.key == "ft.enable_ft_package" and o.raw_value is not None:
+                value = parse_value(o.raw_value)
+        return value
+    from nemo_resiliency_plugins.task_config import read_config_field
+
+    return read_config_field(task, "ft", "enable_ft_package")
+
+
+def _checkpoint_dir(task: Any) -> str | None:
+    if isinstance(task, run.Script):
+        for o in find_overrides(task.args):
+            if o.key == "checkpoint.save" and o.raw_value:
+                return str(parse_value(o.raw_value))
+        return None
+    from nemo_resiliency_plugins.task_config import read_config_field
+
+    value = read_config_field(task, "checkpoint", "save")
+    return str(value) if value else None
+
+
+def _ft_cfg(executor: Any) -> tuple[str | None, dict | None, str | None]:
+    path = executor.env_vars.get(nvrx_launcher.CONFIG_PATH_ENV)
+    if not path:
+        return None, None, None
+    try:
+        import yaml
+
+        with open(path) as handle:
+            data = yaml.safe_load(handle) or {}
+        return path, data.get("fault_tolerance") or {}, None
+    except FileNotFoundError:
+        return path, None, "not on this machine (it is written by the sbatch script on the cluster)"
+    except Exception as err:  # a broken file is a finding, not a crash
+        return path, None, f"unreadable: {err}"
+
+
+def check_job(
+    task: Any,
+    executor: Any,
+    plugins: list[Any] | None = None,
+    *,
+    checkpoint_dir: str | None = None,
+    step_time_s: float | None = None,
+    save_time_s: float | None = None,
+) -> list[Check]:
+    """All checks for one job (task + executor after plugins)."""
+    plugins = list(plugins or [])
+    checks: list[Check] = []
+    launcher = executor.launcher
+    is_ft = isinstance(launcher, FaultTolerance) or launcher == "ft"
+    if launcher == "torchrun":
+        launcher = Torchrun()
+    elif launcher == "ft":
+        launcher = FaultTolerance()
+    slurm = isinstance(executor, run.SlurmExecutor)
+    ft_on = _task_ft_enabled(task)
+
+    # 1. The launcher must be NVRx's ft_launcher when the task enables Megatron Bridge's FT package.
+    if ft_on:
+        checks.append(
+            _check(
+                "launcher is ft_launcher",
+                is_ft,
+                "ft_launcher"
+                if is_ft
+                else (
+                    f"launcher is {type(launcher).__name__ if not isinstance(launcher, str) else launcher!r}: "
+                    "ft.enable_ft_package=true under torchrun raises RankMonitorClientError at start (no rank monitor)"
+                ),
+            )
+        )
+    else:
+        checks.append(
+            Check(
+                "launcher is ft_launcher",
+                "pass" if is_ft else "n/a",
+                "ft_launcher" if is_ft else "the task does not enable Megatron Bridge's FT package",
+            )
+        )
+    if isinstance(launcher, Torchrun) and not is_ft:
+        checks.append(Check("hang detection", "warn", "torchrun restarts crashed ranks but never detects a hang"))
+
+    # 2. Sections declared, heartbeats kept away from a section-based job.
+    if is_ft:
+        path, cfg, problem = _ft_cfg(executor)
+        hb = [getattr(launcher, n, None) for n in ("initial_rank_heartbeat_timeout", "rank_heartbeat_timeout")]
+        if path is None:
+            checks.append(
+                Check(
+                    "section timeouts declared",
+                    "FAIL",
+                    f"no {nvrx_launcher.CONFIG_PATH_ENV} and NeMo-Run cannot pass section flags: NVRx "
+                    "monitors no section of a Megatron Bridge job (hangs are never caught)",
+                )
+            )
+        elif cfg is None:
+            in_script = slurm and path.split("/")[-1] in (executor.setup_lines or "")
+            checks.append(
+                Check(
+                    "section timeouts declared",
+                    "pass" if in_script else "FAIL",
+                    f"{path}: {problem}" + ("; the sbatch script writes it" if in_script else ""),
+                )
+            )
+        else:
+            sections = cfg.get("rank_section_timeouts") or {}
+            missing = [s for s in ("setup", "step", "checkpointing") if s not in sections]
+            checks.append(
+                _check(
+                    "section timeouts declared",
+                    not missing,
+                    f"{sections}" + (f"; missing {missing}" if missing else ""),
+                )
+            )
+        if ft_on is not False and any(v is not None for v in hb):
+            checks.append(
+                Check(
+                    "no heartbeat timeouts on a section-based job",
+                    "FAIL",
+                    f"launcher passes heartbeat timeouts {hb}: Megatron Bridge sends no heartbeats, so "
+                    "NVRx kills a healthy job once initial_rank_heartbeat_timeout passes",
+                )
+            )
+        else:
+            checks.append(Check("no heartbeat timeouts on a section-based job", "pass", "none passed"))
+
+        # 3. GROUP_RANK off Slurm.
+        if slurm:
+            checks.append(Check("GROUP_RANK off Slurm", "n/a", "Slurm: the infrastructure rank is SLURM_PROCID"))
+        else:
+            checks.append(
+                _check(
+                    "GROUP_RANK off Slurm",
+                    executor.env_vars.get("GROUP_RANK") is not None,
+                    f"GROUP_RANK={executor.env_vars.get('GROUP_RANK')}",
+                    warn_only=True,
+                )
+            )
+
+        # 4. Flag compatibility and the zero-restarts trap.
+        checks.extend(_flag_checks(task, executor))
+
+        # 5. ft_launcher resolvable where the job runs here.
+        if isinstance(executor, run.LocalExecutor):
+            paths = [str(executor.env_vars.get("PATH", "")), os.environ.get("PATH", "")]
+            where = shutil.which("ft_launcher", path=os.pathsep.join(p for p in paths if p))
+            checks.append(
+                _check(
+                    "ft_launcher resolvable",
+                    where is not None,
+                    where or "not on PATH: install nvidia-resiliency-ext where the job runs",
+                )
+            )
+
+    # 6. ft_state.json.
+    ckpt = checkpoint_dir or _checkpoint_dir(task)
+    if ckpt:
+        checks.extend(_ft_state_checks(Path(ckpt) / "ft_state.json", save_time_s))
+
+    # 7. In-process restart: env vars and the NCCL watchdog.
+    inproc = next((p for p in plugins if type(p).__name__ == "InProcessRestartPlugin"), None)
+    if inproc is not None:
+        want = {"TORCH_CPP_LOG_LEVEL": "error", "TORCH_NCCL_RETHROW_CUDA_ERRORS": "0", "NCCL_NVLS_ENABLE": "0"}
+        wrong = {k: executor.env_vars.get(k) for k, v in want.items() if str(executor.env_vars.get(k)) != v}
+        checks.append(_check("in-process env vars", not wrong, f"wrong or missing: {wrong}" if wrong else str(want)))
+
+    # 8. The timeout chain.
+    nccl = _nccl_timeout_s(task)
+    for link in timeout_chain(plugins, executor, step_time_s=step_time_s, save_time_s=save_time_s, nccl_timeout_s=nccl):
+        checks.append(Check(f"timeouts: {link.name}", {True: "pass", False: "FAIL", None: "n/a"}[link.ok], link.detail))
+    return checks
+
+
+def _nccl_timeout_s(task: Any) -> float | None:
+    if isinstance(task, run.Script):
+        for o in find_overrides(task.args):
+            if o.key == "dist.distributed_timeout_minutes" and o.raw_value:
+                return float(parse_value(o.raw_value)) * 60
+        return None
+    from nemo_resiliency_plugins.task_config import read_config_field
+
+    value = read_config_field(task, "dist", "distributed_timeout_minutes")
+    return float(value) * 60 if value is not None else None
+
+
+def _flag_checks(task: Any, executor: Any) -> list[Check]:
+    try:
+        from nemo_run.run.torchx_backend.packaging import package
+
+        app = package("doctor", task, executor, serialize_to_file=False)
+        args = [str(a) for a in app.roles[0].args]
+        env = dict(app.roles[0].env)
+    except Exception as err:
+        return [Check("launcher flags", "warn", f"could not build the launch command here: {err}")]
+    bad = [a for a in args if a.startswith("--ft-param-") or a == "--ignore-missing-fault-tol-cfg"]
+    checks = [
+        _check(
+            "launcher flags accepted by NVRx >= 0.5",
+            not bad,
+            f"rejected flags: {bad}" if bad else "no --ft-param-*, no --ignore-missing-fault-tol-cfg",
+        )
+    ]
+    try:
+        from nvidia_resiliency_ext.fault_tolerance import launcher as nvrx
+
+        nvrx.get_args_parser().parse_args(args)
+        checks.append(Check("launcher flags parse with the installed NVRx", "pass", " ".join(args[:12]) + " ..."))
+    except SystemExit:
+        checks.append(Check("launcher flags parse with the installed NVRx", "FAIL", " ".join(args)))
+    except ImportError:
+        checks.append(Check("launcher flags parse with the installed NVRx", "n/a", "NVRx is not installed here"))
+    restarts = env.get(nvrx_launcher.MAX_RESTARTS_ENV)
+    flag = args[args.index("--max-restarts") + 1] if "--max-restarts" in args else None
+    checks.append(
+        _check(
+            "max restarts reach ft_launcher",
+            flag is not None or restarts is not None,
+            f"--max-restarts {flag}" if flag else f"{nvrx_launcher.MAX_RESTARTS_ENV}={restarts}",
+        )
+    )
+    return checks
+
+
+def _ft_state_checks(path: Path, save_time_s: float | None) -> list[Check]:
+    if not path.exists():
+        return [Check("ft_state.json", "n/a", f"{path} not there (yet): timeouts come from the launcher config")]
+    try:
+        state = json.loads(path.read_text())
+        section = state["current_timeouts"]["section"]
+    except Exception as err:
+        return [Check("ft_state.json", "FAIL", f"{path} is not parseable ({err}): the next run fails to load it")]
+    checks = [Check("ft_state.json", "pass", f"{path}")]
+    timeouts = dict(section.get("section") or {})
+    if section.get("out_of_section") is not None:
+        timeouts["out_of_section"] = section["out_of_section"]
+    for name, seconds in sorted(timeouts.items()):
+        if seconds is None or not isinstance(seconds, (int, float)) or math.isnan(seconds):
+            continue
+        too_tight = seconds < TIGHT_TIMEOUT_S or (name == "checkpointing" and save_time_s and seconds < save_time_s)
+        checks.append(
+            _check(
+                f"computed {name} timeout",
+                not too_tight,
+                f"{seconds:.3g} s"
+                + (" - below a real save" if name == "checkpointing" and save_time_s and seconds < save_time_s else "")
+                + (
+                    f" - under {TIGHT_TIMEOUT_S:g} s: measured on a toy run? a slow step/save will be killed as a hang"
+                    if seconds < TIGHT_TIMEOUT_S
+                    else ""
+                ),
+            )
+        )
+    return checks
+
+
+def jobs_from_experiment_dir(exp_dir: str) -> list[tuple[Any, Any, list[Any]]]:
+    """(task, executor, plugins) of every job NeMo-Run saved in ``exp_dir`` (already set up by plugins)."""
+    from nemo_run import config as nemo_run_config
+
+    exp_dir = os.path.abspath(exp_dir)
+    # NeMo-Run rebuilds the experiment under $NEMORUN_HOME/experiments/<title>/<id>; an experiment made with
+    # another base_dir is found by pointing that home at the directory three levels up for the duration.
+    saved = nemo_run_config.get_nemorun_home()
+    nemo_run_config.set_nemorun_home(str(Path(exp_dir).parents[2]))
+    try:
+        exp = run.Experiment._from_config(exp_dir)
+        return [(_task_of(job.task), job.executor, list(job.plugins or [])) for job in exp.jobs]
+    finally:
+        nemo_run_config.set_nemorun_home(saved)
+
+
+def _task_of(saved: Any) -> Any:
+    """NeMo-Run keeps a reconstructed job's task in its serialized form; rebuild run.Script, keep Partials."""
+    if not isinstance(saved, str):
+        return saved
+    import fiddle as fdl
+    from nemo_run.core.serialization.zlib_json import ZlibJSONSerializer
+
+    config = ZlibJSONSerializer().deserialize(saved)
+    return fdl.build(config) if fdl.get_callable(config) is run.Script else config
+
+
+def summarize(checks: list[Check]) -> dict[str, Any]:
+    failed = [c for c in checks if c.verdict == "FAIL"]
+    return {"ok": not failed, "failed": len(failed), "checks": [asdict(c) for c in checks]}

@@ -1,0 +1,164 @@
+"""The nemo-resiliency CLI driven as a user would: a subprocess, real recipes, NeMo-Run's real dry run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from nemo_resiliency_plugins.recipes import RECIPES
+
+CLI = [sys.executable, "-m", "nemo_resiliency_plugins.cli"]
+
+
+def cli(*args: str, env: dict | None = None, timeout: int = 180) -> subprocess.CompletedProcess:
+    full_env = os.environ | {"COLUMNS": "200"} | (env or {})
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, env=full_env)
+
+
+def test_list_names_every_recipe():
+    out = cli("list", "--json")
+    assert out.returncode == 0, out.stderr
+    names = {r["name"] for r in json.loads(out.stdout)}
+    assert names == set(RECIPES)
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_show_lists_fields_and_changes(name):
+    out = cli("show", name, "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert [p["plugin"] for p in data["plugins"]] == list(RECIPES[name].plugins)
+    for entry in data["plugins"]:
+        assert entry["fields"], entry
+        assert entry["changes"]["error"] is None
+        assert entry["changes"]["task_changes"] or entry["changes"]["executor_changes"], entry
+
+
+@pytest.mark.parametrize(
+    ("name", "executor"), [(name, kind) for name, r in sorted(RECIPES.items()) for kind in r.executors]
+)
+def test_every_recipe_dry_runs_on_every_executor_it_claims(name, executor):
+    out = cli("explain", name, "--executor", executor, "--json")
+    assert out.returncode == 0, out.stdout + out.stderr
+    data = json.loads(out.stdout)
+    assert all(e["error"] is None for e in data["effects"])
+    assert data["command"], "NeMo-Run's dry run produced no command"
+    if "FaultTolerancePlugin" in RECIPES[name].plugins:
+        assert "ft_launcher" in data["command"]
+        assert "--ft-initial_rank_heartbeat_timeout" not in data["command"]
+        assert "--ft-rank_heartbeat_timeout" not in data["command"]
+        if executor == "slurm":
+            assert "PET_FT_CFG_PATH" in data["command"] and "rank_section_timeouts:" in data["command"]
+    if "PreemptionPlugin" in RECIPES[name].plugins and executor == "slurm":
+        assert "TERM@60" in data["command"] and "#SBATCH --signal=" in data["command"]
+
+
+def test_explain_shows_the_section_timeouts_and_the_chain_in_text_form():
+    out = cli("explain", "local-smoke", "--executor", "local", "--step-time", "0.5", "--save-time", "90")
+    assert out.returncode == 0, out.stderr
+    assert "step: 10.0" in out.stdout and "ft_launcher" in out.stdout
+    # 60 s checkpointing timeout vs a 90 s save: the chain says so.
+    assert "FAIL" in out.stdout and "60 s vs 90 s" in out.stdout
+
+
+def test_explain_reports_a_refusal_with_the_plugins_message():
+    out = cli("explain", "local-smoke", "--executor", "docker", "--json")
+    assert out.returncode == 1
+    data = json.loads(out.stdout)
+    assert "DockerExecutor" in data["effects"][0]["error"]
+
+
+def test_doctor_passes_a_good_recipe():
+    out = cli("doctor", "local-smoke", "--executor", "local", "--json")
+    data = json.loads(out.stdout)
+    assert out.returncode == 0, [c for c in data["checks"] if c["verdict"] == "FAIL"]
+    names = {c["name"] for c in data["checks"]}
+    assert {"launcher is ft_launcher", "section timeouts declared", "ft_launcher resolvable"} <= names
+
+
+PLANT = textwrap.dedent(
+    """
+    import sys
+    import nemo_run as run
+
+    def main(kind, base):
+        args = ["ft.enable_ft_package=true", "ft.calc_ft_timeouts=true", f"checkpoint.save={base}/ckpt"]
+        if kind == "heartbeats-only":  # what Megatron Bridge's own FaultTolerancePlugin produces
+            launcher = run.FaultTolerance(max_restarts=3, initial_rank_heartbeat_timeout=1800,
+                                          rank_heartbeat_timeout=300)
+        elif kind == "torchrun":
+            launcher = "torchrun"
+        elif kind == "bare-ft":  # launcher="ft": NeMo-Run emits --ignore-missing-fault-tol-cfg
+            launcher = run.FaultTolerance()
+        executor = run.LocalExecutor(ntasks_per_node=2, launcher=launcher)
+        task = run.Script(path="train.py", entrypoint="python", args=args)
+        with run.Experiment(kind, base_dir=base) as exp:
+            exp.add(task, executor=executor, name="train")
+            exp.dryrun(log=False, delete_exp_dir=False)
+            print("EXPDIR", exp._exp_dir)
+
+    if __name__ == "__main__":
+        main(sys.argv[1], sys.argv[2])
+    """
+)
+
+
+def plant(kind: str, tmp_path: Path) -> str:
+    script = tmp_path / "plant.py"
+    script.write_text(PLANT)
+    out = subprocess.run(
+        [sys.executable, str(script), kind, str(tmp_path)], capture_output=True, text=True, timeout=180, cwd=tmp_path
+    )
+    assert out.returncode == 0, out.stderr
+    return next(line.split(" ", 1)[1] for line in out.stdout.splitlines() if line.startswith("EXPDIR"))
+
+
+def failing(out: subprocess.CompletedProcess) -> set[str]:
+    return {c["name"] for c in json.loads(out.stdout)["checks"] if c["verdict"] == "FAIL"}
+
+
+def test_doctor_finds_heartbeats_without_sections(tmp_path):
+    out = cli("doctor", plant("heartbeats-only", tmp_path), "--json")
+    assert out.returncode == 1
+    assert {"section timeouts declared", "no heartbeat timeouts on a section-based job"} <= failing(out)
+
+
+def test_doctor_finds_torchrun_with_ft_enabled(tmp_path):
+    out = cli("doctor", plant("torchrun", tmp_path), "--json")
+    assert out.returncode == 1 and "launcher is ft_launcher" in failing(out)
+
+
+def test_doctor_finds_the_flag_nvrx_rejects(tmp_path):
+    out = cli("doctor", plant("bare-ft", tmp_path), "--json")
+    assert out.returncode == 1
+    assert "launcher flags accepted by NVRx >= 0.5" in failing(out)
+
+
+def test_doctor_finds_absurdly_tight_computed_timeouts(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    state = {
+        "current_timeouts": {
+            "section": {
+                "section": {"setup": 0.16, "step": 0.6, "checkpointing": 0.08},
+                "out_of_section": 4.9,
+                "calculated_sections": ["step"],
+                "is_out_of_section_calculated": True,
+            }
+        }
+    }
+    (ckpt / "ft_state.json").write_text(json.dumps(state))
+    out = cli(
+        "doctor", "local-smoke", "--executor", "local", "--checkpoint-dir", str(ckpt), "--save-time", "30", "--json"
+    )
+    assert out.returncode == 1
+    assert {"computed checkpointing timeout", "computed setup timeout"} <= failing(out)
+    (ckpt / "ft_state.json").write_text("{not json")
+    out = cli("doctor", "local-smoke", "--executor", "local", "--checkpoint-dir", str(ckpt), "--json")
+    assert out.returncode == 1 and "ft_state.json" in failing(out)
