@@ -1,0 +1,98 @@
+"""Run here, before the device call: what the plugins give each GPU-proof job, from the plugins' own code.
+
+The GPU machine has no nemo-run, so the plugins cannot run there. This script calls each plugin's ``setup``
+on a ``run.Script`` task (``entrypoint="python"``, the workload entry) and a ``run.LocalExecutor``, exactly as
+``run.run(..., plugins=[...])`` does, and records what the job would get: the task's Hydra overrides, the
+executor's environment (``PET_FT_CFG_PATH``, ``PET_MAX_RESTARTS``, ``GROUP_RANK``, ...), the ft_launcher
+fields and the NVRx YAML the FaultTolerancePlugin wrote. ``gpu_proof.py`` replays that on the GPU.
+
+Usage: ``.venv/bin/python benchmarks/gpu/prepare.py DIR`` (writes ``DIR/plugin_settings.json`` and
+``DIR/ft_launcher.yaml``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import nemo_run as run
+
+from nemo_resiliency_plugins import FaultTolerancePlugin
+from nemo_resiliency_plugins.inprocess_restart import InProcessRestartPlugin
+from nemo_resiliency_plugins.straggler import StragglerDetectionPlugin
+
+ENTRY = "benchmarks/gpu/workload_entry.py"
+
+# The GPU proof's settings: short timeouts so that a hang is detected in seconds, not minutes.
+FT = dict(
+    num_in_job_restarts=2,
+    calc_ft_timeouts=False,
+    section_timeouts={"setup": 120, "step": 10, "checkpointing": 60},
+    out_of_section_timeout=60,
+    workload_check_interval=1,
+)
+STRAGGLER = dict(
+    report_time_interval=4.0,
+    gpu_relative_perf_threshold=0.7,
+    gpu_individual_perf_threshold=0.7,
+    num_gpu_perf_scores_to_print=1,
+)
+INPROCESS = dict(
+    granularity="rank",
+    heartbeat_interval=2.0,
+    heartbeat_timeout=20.0,
+    soft_timeout=20.0,
+    hard_timeout=30.0,
+    barrier_timeout=60.0,
+    completion_timeout=60.0,
+)
+
+
+def _apply(plugin: run.Plugin) -> dict:
+    task = run.Script(path=ENTRY, entrypoint="python")
+    executor = run.LocalExecutor(ntasks_per_node=1)
+    plugin.setup(task, executor)
+    launcher = executor.launcher
+    fields = {}
+    if launcher is not None and not isinstance(launcher, str):
+        for name in (
+            "max_restarts",
+            "workload_check_interval",
+            "rank_termination_signal",
+            "log_level",
+            "initial_rank_heartbeat_timeout",
+            "rank_heartbeat_timeout",
+        ):
+            if hasattr(launcher, name):
+                fields[name] = getattr(launcher, name)
+    return {
+        "plugin": repr(plugin),
+        "args": [str(a) for a in task.args],
+        "env": {k: str(v) for k, v in executor.env_vars.items()},
+        "launcher": type(launcher).__name__ if launcher is not None else None,
+        "launcher_fields": fields,
+    }
+
+
+def main(out_dir: str) -> None:
+    os.makedirs(out_dir, exist_ok=True)
+    ft = _apply(FaultTolerancePlugin(**FT))
+    # On LocalExecutor the plugin writes its NVRx YAML content-addressed under $NEMORUN_HOME/resiliency/.
+    with open(ft["env"]["PET_FT_CFG_PATH"]) as f:
+        yaml_text = f.read()
+    settings = {
+        "fault_tolerance": ft,
+        "straggler": _apply(StragglerDetectionPlugin(**STRAGGLER)),
+        "inprocess_restart": _apply(InProcessRestartPlugin(**INPROCESS)),
+    }
+    with open(os.path.join(out_dir, "ft_launcher.yaml"), "w") as f:
+        f.write(yaml_text)
+    with open(os.path.join(out_dir, "plugin_settings.json"), "w") as f:
+        json.dump(settings, f, indent=2, sort_keys=True)
+    print(yaml_text)
+    print(json.dumps(settings, indent=2, sort_keys=True))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else ".whl/plugin")
