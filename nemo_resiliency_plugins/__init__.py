@@ -6,12 +6,16 @@ needed where training runs, not on the host that launches it.
 
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
 from nemo_resiliency_plugins.fault_tolerance import FaultTolerancePlugin, FaultTolerancePluginScriptArgs
+from nemo_resiliency_plugins.preemption import PreemptionPlugin, PreemptionPluginScriptArgs, PreemptionTimeWarning
 from nemo_resiliency_plugins.rerun import RerunStateMachinePlugin, RerunStateMachinePluginScriptArgs
 from nemo_resiliency_plugins.straggler import StragglerDetectionPlugin, StragglerDetectionPluginScriptArgs
 
 __all__ = [
     "FaultTolerancePlugin",
     "FaultTolerancePluginScriptArgs",
+    "PreemptionPlugin",
+    "PreemptionPluginScriptArgs",
+    "PreemptionTimeWarning",
     "RerunStateMachinePlugin",
     "RerunStateMachinePluginScriptArgs",
     "ResiliencyConfigError",

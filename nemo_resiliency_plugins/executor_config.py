@@ -70,6 +70,19 @@ def get_env(task: Any, executor: Any, name: str) -> str | None:
     return None
 
 
+def default_launcher(executor: Any, launcher: str) -> bool:
+    """Give the executor ``launcher`` when the user chose none (a chosen launcher is always kept).
+
+    For mechanisms that need the ``MASTER_ADDR``/``MASTER_PORT``/``RANK``/``WORLD_SIZE`` a launcher exports
+    (without one, NeMo-Run's LocalExecutor starts one plain process). ``"torchrun"`` is what
+    :func:`install_ft_launcher` upgrades, so plugins compose in either order. Returns True when it set one.
+    """
+    if getattr(executor, "launcher", None) is None:
+        executor.launcher = launcher
+        return True
+    return False
+
+
 def set_retries(executor: Any, retries: int, *, plugin: str, field: str) -> None:
     """Job-level retries (Slurm requeues); 0 on the executor means 'not set by the user'."""
     current = getattr(executor, "retries", 0) or 0
@@ -198,7 +211,7 @@ def deliver_file(executor: Any, name: str, content: str, *, plugin: str) -> str:
         return host_path
     raise ResiliencyConfigError(
         plugin,
-        None,
+        "executor",
         executor_kind(executor),
         "run.LocalExecutor or run.SlurmExecutor",
         detail=(
@@ -285,35 +298,30 @@ def slurm_time_limit_seconds(value: Any) -> int | None:
 
 # ------------------------------------------------------------- NeMo-Run's ft_launcher template and requeue
 
-#: Name of the environment variable that tells the requeue guard how early Slurm's preemption signal comes.
-PREEMPT_TIME_ENV = "NRP_PREEMPT_TIME"
-#: Slurm sends ``--signal=SIG@N`` up to this many seconds earlier than N (slurmctld checks every ~30 s).
-SLURM_SIGNAL_EARLY_S = 60
 _REQUEUE_GUARD_MARK = "# nemo-resiliency-plugins: requeue guard"
 
 _REQUEUE_GUARD = _REQUEUE_GUARD_MARK + r"""
 # NeMo-Run's ft_launcher sbatch template ends with `scontrol requeue` unless a "finished flag" file exists
 # or the failure limit is reached. Megatron Bridge never writes that flag, so a job that SUCCEEDED would be
 # requeued again and again. This function stands in for scontrol in that one call: when the training step
-# exited 0 and the job still had more time left than a preemption signal could have come early (so the
-# exit was not a save-and-exit on the time-limit signal), it writes the flag and does not requeue.
-# Any other call, a failed step, or a step that may have been preempted goes to the real scontrol.
+# exited 0 and this batch shell did not get a preemption signal (NRP_PREEMPTION_SIGNAL, set by the
+# signal forwarding of PreemptionPlugin), training is finished: it writes the flag and does not requeue.
+# A failed step, a step that exited 0 after the preemption signal, and any other call go to scontrol.
+# The template also counts the run that just failed against TORCHX_MAX_RETRIES (retries=N allowed N-1
+# requeues after failures, and retries=0 none at all, not even to continue after a preemption): one more
+# makes N mean N requeues after failed runs, as num_job_retries_on_failure says.
+TORCHX_MAX_RETRIES=$(( TORCHX_MAX_RETRIES + 1 ))
+# When no retry is left the template falls off its end and the job ends COMPLETED with exit code 0:
+# end it with the training step's exit code instead, so Slurm reports the failure.
+trap '[ "${exitcode:-0}" = 0 ] || exit "$exitcode"' EXIT
 scontrol() {
   if [ "${1:-}" = requeue ] && [ "${exitcode:-1}" = 0 ] && [ "${ANY_JOB_STEP_FAILED:-1}" = 0 ]; then
-    local nrp_end_text nrp_end nrp_left nrp_window
-    nrp_end_text=$(command squeue -h -j "$SLURM_JOB_ID" -o %e 2>/dev/null || true)
-    nrp_window=$(( ${NRP_PREEMPT_TIME:-0} + 60 + 30 ))
-    if [ -n "$nrp_end_text" ]; then
-      nrp_end=$(date -d "$nrp_end_text" +%s 2>/dev/null || echo none)
-      nrp_left=unlimited
-      [ "$nrp_end" = none ] || nrp_left=$(( nrp_end - $(date +%s) ))
-      if [ "$nrp_left" = unlimited ] || [ "$nrp_left" -gt "$nrp_window" ]; then
-        touch "$(dirname "$JOB_RESULTS_FILE")/$(basename "$FAULT_TOL_FINISHED_FLAG_FILE")"
-        echo "nemo-resiliency-plugins: step exited 0, ${nrp_left} s left > ${nrp_window} s: finished, not requeued"
-        return 0
-      fi
-      echo "nemo-resiliency-plugins: step exited 0, ${nrp_left} s left <= ${nrp_window} s: preempted, requeue"
+    if [ -z "${NRP_PREEMPTION_SIGNAL:-}" ]; then
+      touch "$(dirname "$JOB_RESULTS_FILE")/$(basename "$FAULT_TOL_FINISHED_FLAG_FILE")"
+      echo "nemo-resiliency-plugins: step exited 0 without a preemption signal: finished, not requeued"
+      return 0
     fi
+    echo "nemo-resiliency-plugins: step exited 0 after SIG${NRP_PREEMPTION_SIGNAL}: preempted, requeue"
   fi
   command scontrol "$@"
 }"""
@@ -326,12 +334,17 @@ def guard_ft_requeue(executor: Any, *, plugin: str) -> None:
     ``retries`` failures are in the job's results file. Megatron Bridge never writes the flag, so a
     successful run is requeued forever (each run resumes at the last iteration and succeeds again). The guard
     is a bash function in ``setup_lines`` (the only hook NeMo-Run gives before the template's last lines):
-    it intercepts the template's ``scontrol requeue`` and, when the step exited 0 outside the window in which
-    Slurm's preemption signal can arrive (``$NRP_PREEMPT_TIME`` + 60 s early + 30 s margin before the time
-    limit), writes the flag and skips the requeue. A failed step is requeued as before; a step that exited 0
-    inside the window (saved and exited on the preemption signal) is requeued to continue training. If the
-    job had in fact finished inside the window, the next run resumes at the last iteration, exits 0 at
-    once and the guard ends it then.
+    it intercepts the template's ``scontrol requeue`` and, when the step exited 0 and the batch shell did not
+    receive the preemption signal (:func:`forward_batch_signal_to_tasks` records it), writes the flag and
+    skips the requeue. A failed step is requeued as before (up to ``retries`` failures); a step that exited 0
+    after the preemption signal (saved and exited) is requeued to continue training. If such a job had in
+    fact just finished, the next run resumes at the last iteration, exits 0 at once and ends there.
+    Two more template traps are fixed in the same block (both seen on the local Slurm): the template counts
+    the failed run itself against ``TORCHX_MAX_RETRIES`` (``retries=1`` never requeued; ``retries=0`` not
+    even after a preemption), so the block adds one; and a job out of retries fell off the script's end
+    and was reported COMPLETED with exit code 0, so an EXIT trap ends it with the step's exit code.
+    Trade-off: a Megatron Bridge run that exits 0 on its own before the end (``train.exit_duration_in_mins``,
+    ``train.exit_interval``) is treated as finished.
     """
     if not is_slurm(executor):
         return
@@ -339,3 +352,73 @@ def guard_ft_requeue(executor: Any, *, plugin: str) -> None:
     if _REQUEUE_GUARD_MARK in existing:
         return
     executor.setup_lines = (existing.rstrip("\n") + "\n" if existing else "") + _REQUEUE_GUARD
+
+
+# ------------------------------------------------------------------- Slurm signal to the step's tasks only
+
+_FORWARD_MARK = "# nemo-resiliency-plugins: signal forwarding"
+
+_FORWARD = _FORWARD_MARK + r"""
+# Slurm's plain --signal=SIG@N signals EVERY process of the job step. Under ft_launcher that includes NVRx's
+# rank monitors, which close on SIGTERM; Megatron Bridge's checkpoint-save hooks then fail ("RankMonitorClient
+# could not send section update: Broken pipe") and the save-and-exit is lost. With --signal=B:SIG@N only this
+# batch shell gets the signal, and it sends it to the steps' *task* processes only (the launcher on each
+# node, or the ranks when there is no launcher), which pass it on to their ranks themselves.
+nrp_signal_tasks() {
+  local nrp_pid
+  for nrp_pid in $(scontrol listpids "$SLURM_JOB_ID" 2>/dev/null |
+      awk -v own="$SLURM_STEP_ID" 'NR > 1 && $3 ~ /^[0-9]+$/ && $3 != own && $4 ~ /^[0-9]+$/ {print $1}'); do
+    kill -s "$1" "$nrp_pid" && echo "nemo-resiliency-plugins: sent SIG$1 to task pid $nrp_pid on $(hostname -s)"
+  done
+}
+export -f nrp_signal_tasks
+NRP_SIGNALLED=0
+NRP_PREEMPTION_SIGNAL=
+nrp_forward_signal() {
+  NRP_SIGNALLED=1
+  NRP_PREEMPTION_SIGNAL=$1
+  echo "nemo-resiliency-plugins: batch shell got SIG$1 at $(date '+%F %T'), forwarding it to the step tasks"
+  command srun --overlap --jobid="$SLURM_JOB_ID" --nodes="${SLURM_JOB_NUM_NODES:-1}" --ntasks-per-node=1 \
+    bash -c "nrp_signal_tasks $1"
+}
+# bash runs a trap only between commands, never while a foreground command runs: the template's srun runs
+# in the background here and is waited for (again after each trap), returning its own exit status.
+srun() {
+  command srun "$@" &
+  local nrp_srun=$! nrp_rc
+  while :; do
+    NRP_SIGNALLED=0
+    wait "$nrp_srun"
+    nrp_rc=$?
+    [ "$NRP_SIGNALLED" = 1 ] || return "$nrp_rc"
+  done
+}"""
+
+
+def forward_batch_signal_to_tasks(executor: Any, signal_name: str, *, plugin: str) -> None:
+    """Make a ``--signal=B:<signal_name>@N`` batch-shell signal reach the job steps' task processes only.
+
+    Why not plain ``--signal=<sig>@N``: Slurm then signals every process of the step, including NVRx's rank
+    monitors (children of ``ft_launcher``), which close on SIGTERM/SIGINT/SIGUSR1/SIGUSR2; the ranks' next
+    section message (Megatron Bridge's ``on_checkpointing_start/end`` around the save) raises
+    ``RankMonitorClientError`` and the preemption checkpoint is lost (measured on the local Slurm). Signalling
+    only the task processes lets the launcher forward the signal to its ranks and keep the monitors until
+    they have saved. ``signal_name`` is a name without ``SIG`` (``TERM``); it goes into shell code, so only
+    plain names are accepted.
+    """
+    if not is_slurm(executor):
+        return
+    if not re.fullmatch(r"[A-Z][A-Z0-9]*", signal_name or ""):
+        raise ResiliencyConfigError(plugin, None, detail=f"internal: bad signal name {signal_name!r}")
+    existing = executor.setup_lines or ""
+    trap = f"trap 'nrp_forward_signal {signal_name}' {signal_name}"
+    if _FORWARD_MARK in existing:
+        if trap not in existing:
+            raise ResiliencyConfigError(
+                plugin,
+                None,
+                signal_name,
+                detail="the job already forwards another batch signal to its tasks; use one exit signal per job",
+            )
+        return
+    executor.setup_lines = (existing.rstrip("\n") + "\n" if existing else "") + _FORWARD + "\n" + trap

@@ -1,21 +1,34 @@
 """PreemptionPlugin: save a checkpoint and exit cleanly when the scheduler says time is up.
 
 Drop-in for ``megatron.bridge.recipes.run_plugins.PreemptionPlugin`` (same fields, defaults and meaning):
-on a ``SlurmExecutor`` it asks Slurm for a signal ``preempt_time`` seconds before the time limit
-(``#SBATCH --signal=TERM@<preempt_time>``), and on every executor it switches on Megatron Bridge's exit
-handler (``train.exit_signal_handler``), which checks for the signal after each step, saves a checkpoint and
-exits 0. Other schedulers (Kubernetes, Lepton, a local run stopped with ``kill``) send SIGTERM too, so the
-handler is kept there; only the Slurm field is Slurm's.
+on a ``SlurmExecutor`` it asks Slurm for a signal ``preempt_time`` seconds before the time limit, and on
+every executor it switches on Megatron Bridge's exit handler (``train.exit_signal_handler``), which checks
+for the signal after each step, saves a checkpoint and exits 0. Other schedulers (Kubernetes, Lepton, a
+local run stopped with ``kill``) send SIGTERM too, so the handler is kept there; no Slurm field is set.
 
-What it adds, each point checked against Megatron Bridge 0.6.2, NeMo-Run 0.11.1, NVRx 0.7.0, Slurm 22.05:
+What it does differently, each point measured or checked against Megatron Bridge 0.6.2, NeMo-Run 0.11.1,
+NVRx 0.7.0 and Slurm 22.05 (the local cluster of ``.ci/slurm-up``):
 
+* ``#SBATCH --signal=B:TERM@<preempt_time>``, not Megatron Bridge's ``TERM@<preempt_time>``. A plain
+  ``--signal`` makes Slurm signal every process of the job step; under ``ft_launcher`` that includes NVRx's
+  rank monitors, which close on SIGTERM, and the ranks' next FT section message (Megatron Bridge's
+  ``on_checkpointing_start/end`` around the save) fails with ``RankMonitorClientError: ... Broken pipe``:
+  the ranks exit 1 and the preemption checkpoint is lost (seen on the local Slurm). With ``B:`` only the
+  batch shell gets the signal, and the plugin's ``setup_lines`` forward it to the steps' *task* processes
+  (``ft_launcher``, ``torchrun``, or the ranks themselves without a launcher), which pass it to the ranks
+  while the monitors stay up (:func:`nemo_resiliency_plugins.executor_config.forward_batch_signal_to_tasks`).
+* With ``FaultTolerancePlugin`` (NeMo-Run's ft_launcher sbatch template), a run that exited 0 after the
+  signal is requeued to continue, and a run that exited 0 without it is marked finished instead of being
+  requeued for ever (:func:`nemo_resiliency_plugins.executor_config.guard_ft_requeue`). Without
+  FaultTolerancePlugin NeMo-Run's plain template requeues only failed runs: the job ends COMPLETED after the
+  save and is continued by submitting it again.
 * ``exit_signal`` (default ``SIGTERM``) is written to ``train.exit_signal`` as the signal's *number*
   (``train.exit_signal=15``): Megatron Bridge's parser turns ``SIGTERM`` into the string ``'SIGTERM'``, and
   ``DistributedSignalHandler`` then fails with "'str' object cannot be interpreted as an integer". The same
   signal goes to Slurm, so the two cannot disagree.
 * Only signals a launcher passes on are allowed (SIGTERM, SIGINT, SIGHUP, SIGQUIT): ``torchrun`` and NVRx's
-  ``ft_launcher`` between Slurm and the ranks catch exactly these (``TORCHELASTIC_SIGNALS_TO_HANDLE``) and
-  forward them; any other signal's default action kills the launcher and the save never happens.
+  ``ft_launcher`` catch exactly these (``TORCHELASTIC_SIGNALS_TO_HANDLE``) and forward them to the ranks;
+  any other signal's default action kills the launcher and the save never happens.
 * ``preempt_time`` is checked against the executor's time limit (a signal asked for at or before the start
   never helps), and at ``setup()`` against one step plus one checkpoint save when the job's checkpoint
   directory holds Megatron Bridge's ``ft_state.json`` (computed FT timeouts): shorter gives a warning.
@@ -24,8 +37,8 @@ What it adds, each point checked against Megatron Bridge 0.6.2, NeMo-Run 0.11.1,
 
 Time budget. Slurm sends the signal between ``preempt_time`` and ``preempt_time + 60`` seconds before the
 limit (slurmctld checks every ~30 s), and kills the job at the limit (SIGTERM, then SIGKILL after
-``KillWait``). Under ``ft_launcher`` the launcher forwards the signal and waits ``--term-timeout`` (1800 s
-by default) before SIGKILL, so the limit, not the launcher, bounds the save: ``preempt_time`` must cover the
+``KillWait``). ``ft_launcher`` forwards the signal and waits ``--term-timeout`` (1800 s by default) before
+it SIGKILLs its ranks, so the time limit, not the launcher, bounds the save: ``preempt_time`` must cover the
 rest of the current step plus one checkpoint save. (``torchrun`` waits only 30 s: pytorch/pytorch#119856.)
 """
 
@@ -135,8 +148,9 @@ class PreemptionPlugin(run.Plugin):
 
     @property
     def slurm_signal(self) -> str:
-        """``executor.signal`` for Slurm: ``TERM@60`` (the form Megatron Bridge's plugin writes)."""
-        return f"{self.signal.name.removeprefix('SIG')}@{self.preempt_time}"
+        """``executor.signal`` for Slurm: ``B:TERM@60``, to the batch shell, which forwards it to the step's
+        task processes only (see ``executor_config.forward_batch_signal_to_tasks`` for why not ``TERM@60``)."""
+        return f"B:{self.signal.name.removeprefix('SIG')}@{self.preempt_time}"
 
     # ------------------------------------------------------------------------------------------- setup
 
@@ -159,15 +173,7 @@ class PreemptionPlugin(run.Plugin):
         if executor_config.is_slurm(executor):
             self._check_time_limit(executor)
             executor_config.set_slurm_field(executor, "signal", self.slurm_signal, plugin=name, field="preempt_time")
-            # Tells the ft_launcher requeue guard how early the signal may come (harmless without it).
-            executor_config.set_env(
-                task,
-                executor,
-                executor_config.PREEMPT_TIME_ENV,
-                str(self.preempt_time),
-                plugin=name,
-                field="preempt_time",
-            )
+            executor_config.forward_batch_signal_to_tasks(executor, self.signal.name.removeprefix("SIG"), plugin=name)
             executor_config.guard_ft_requeue(executor, plugin=name)
         self._warn_if_too_short(task)
         for change in changes:

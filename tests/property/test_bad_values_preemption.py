@@ -69,4 +69,4 @@ def test_setup_against_any_time_limit_accepts_or_names_the_problem(tmp_path, lim
         assert "PreemptionPlugin" in str(err)
         assert "preempt_time" in str(err) or "executor.time" in str(err)
         return
-    assert executor.signal == f"TERM@{preempt_time}"
+    assert executor.signal == f"B:TERM@{preempt_time}"

@@ -130,3 +130,16 @@ def finished_hash(text: str) -> tuple[int, str]:
     m = re.findall(r"FINISHED step=(\d+) params_sha256=([0-9a-f]+)", text)
     assert m, "no FINISHED line:\n" + text[-6000:]
     return int(m[-1][0]), m[-1][1]
+
+
+_STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) ")
+
+
+def launcher_times(text: str, pattern: str = "") -> list[float]:
+    """Epoch seconds of ft_launcher's own log lines (``2026-12-02 15:19:07,000 [...]``) matching ``pattern``."""
+    found = []
+    for line in text.splitlines():
+        m = _STAMP.match(line)
+        if m and re.search(pattern, line):
+            found.append(time.mktime(time.strptime(m.group(1), "%Y-%m-%d %H:%M:%S")) + int(m.group(2)) / 1000)
+    return found

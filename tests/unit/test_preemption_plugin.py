@@ -73,7 +73,7 @@ def test_defaults_are_megatron_bridges():
     p = PreemptionPlugin()
     assert (p.preempt_time, p.enable_exit_handler, p.enable_exit_handler_for_data_loader) == (60, True, False)
     assert p.script_args_converter_fn is None
-    assert p.signal is signal.SIGTERM and p.slurm_signal == "TERM@60"
+    assert p.signal is signal.SIGTERM and p.slurm_signal == "B:TERM@60"
 
 
 @pytest.mark.parametrize(
@@ -109,7 +109,7 @@ def test_data_loader_handler_without_exit_handler_is_refused_not_dropped():
 
 @pytest.mark.parametrize(("name", "number", "slurm_name"), [("SIGINT", 2, "INT"), ("sighup", 1, "HUP")])
 def test_exit_signal_by_name_or_enum(name, number, slurm_name):
-    assert PreemptionPlugin(exit_signal=name, preempt_time=90).slurm_signal == f"{slurm_name}@90"
+    assert PreemptionPlugin(exit_signal=name, preempt_time=90).slurm_signal == f"B:{slurm_name}@90"
     assert PreemptionPlugin(exit_signal=signal.Signals(number)).signal == signal.Signals(number)
 
 
@@ -118,23 +118,26 @@ def test_exit_signal_by_name_or_enum(name, number, slurm_name):
 
 def test_slurm_gets_signal_field_sbatch_line_and_exit_handler_overrides(tmp_path):
     job = add_job(script("checkpoint.save=/tmp/ck"), slurm(tmp_path), [PreemptionPlugin(preempt_time=120)])
-    assert job.executor.signal == "TERM@120"
+    assert job.executor.signal == "B:TERM@120"
     assert job.task.args == ["checkpoint.save=/tmp/ck", *HANDLER_ARGS]
     text = sbatch_script(job)
-    assert "#SBATCH --signal=TERM@120" in text
-    assert "export NRP_PREEMPT_TIME=120" in text
+    assert "#SBATCH --signal=B:TERM@120" in text
+    # The batch shell forwards the signal to the step's task processes only, with srun waited for in the
+    # background so that the trap can run while training does.
+    assert "trap 'nrp_forward_signal TERM' TERM" in text
+    assert text.index("srun() {") < text.index("srun --output")
     assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
 
 
 def test_other_signal_reaches_both_slurm_and_the_config(tmp_path):
     job = add_job(script(), slurm(tmp_path), [PreemptionPlugin(exit_signal="SIGINT")])
-    assert job.executor.signal == "INT@60"
+    assert job.executor.signal == "B:INT@60"
     assert "train.exit_signal=2" in job.task.args
 
 
 def test_exit_handler_off_sets_only_the_slurm_signal(tmp_path):
     job = add_job(script("a=1"), slurm(tmp_path), [PreemptionPlugin(enable_exit_handler=False)])
-    assert job.executor.signal == "TERM@60"
+    assert job.executor.signal == "B:TERM@60"
     assert job.task.args == ["a=1"]
 
 
@@ -147,7 +150,7 @@ def test_preempt_time_not_shorter_than_time_limit_is_refused(tmp_path, limit):
 
 def test_unlimited_time_is_accepted_and_unparseable_time_is_reported(tmp_path):
     job = add_job(script(), slurm(tmp_path, time="UNLIMITED"), [PreemptionPlugin(preempt_time=3600)])
-    assert job.executor.signal == "TERM@3600"
+    assert job.executor.signal == "B:TERM@3600"
     with pytest.raises(ResiliencyConfigError, match="executor.time"):
         add_job(script(), slurm(tmp_path, time="soon"), [PreemptionPlugin()])
 
@@ -155,8 +158,8 @@ def test_unlimited_time_is_accepted_and_unparseable_time_is_reported(tmp_path):
 def test_user_signal_is_never_overwritten(tmp_path):
     with pytest.raises(ResiliencyConfigError, match="B:USR1@30"):
         add_job(script(), slurm(tmp_path, signal="B:USR1@30"), [PreemptionPlugin()])
-    job = add_job(script(), slurm(tmp_path, signal="TERM@60"), [PreemptionPlugin()])
-    assert job.executor.signal == "TERM@60"
+    job = add_job(script(), slurm(tmp_path, signal="B:TERM@60"), [PreemptionPlugin()])
+    assert job.executor.signal == "B:TERM@60"
 
 
 def test_user_override_that_disagrees_is_an_error_and_one_that_agrees_is_kept(tmp_path):
@@ -170,7 +173,7 @@ def test_user_override_that_disagrees_is_an_error_and_one_that_agrees_is_kept(tm
 def test_with_fault_tolerance_the_ft_template_and_requeue_guard_are_in_the_script(tmp_path):
     job = add_job(script(), slurm(tmp_path), [PreemptionPlugin(), FaultTolerancePlugin()])
     text = sbatch_script(job)
-    assert "#SBATCH --signal=TERM@60" in text and "ft_launcher" in text
+    assert "#SBATCH --signal=B:TERM@60" in text and "ft_launcher" in text
     guard, template = text.index("scontrol() {"), text.index("is_training_finished()")
     srun = text.index("ft_launcher --")
     assert guard < template < srun, "the guard must be defined before the template's final requeue"
@@ -186,7 +189,7 @@ def test_local_executor_keeps_the_exit_handler_and_gets_no_slurm_field():
     job = add_job(script(), executor, [PreemptionPlugin()])
     assert job.task.args == HANDLER_ARGS
     assert not hasattr(job.executor, "signal")
-    assert "NRP_PREEMPT_TIME" not in job.executor.env_vars
+    assert job.executor.env_vars == {}
 
 
 def test_converter_receives_script_args():
@@ -267,3 +270,16 @@ def test_slurm_time_limit_seconds(text, seconds):
 def test_slurm_time_limit_rejects_unknown_forms(text):
     with pytest.raises(ValueError):
         slurm_time_limit_seconds(text)
+
+
+def test_fault_tolerance_alone_on_slurm_gets_the_requeue_guard_but_no_signal_forwarding(tmp_path):
+    job = add_job(script(), slurm(tmp_path), [FaultTolerancePlugin(num_job_retries_on_failure=2)])
+    text = sbatch_script(job)
+    assert "export TORCHX_MAX_RETRIES=2" in text
+    guard = text.index("# nemo-resiliency-plugins: requeue guard")
+    # Both template fixes sit after NeMo-Run's export and before its FT set-up reads the value.
+    assert text.index("export TORCHX_MAX_RETRIES=2") < guard < text.index("is_job_failures_limit_reached()")
+    assert "TORCHX_MAX_RETRIES=$(( TORCHX_MAX_RETRIES + 1 ))" in text
+    assert """trap '[ "${exitcode:-0}" = 0 ] || exit "$exitcode"' EXIT""" in text
+    assert "nrp_forward_signal" not in text and "--signal" not in text
+    assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
