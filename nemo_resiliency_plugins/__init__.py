@@ -6,6 +6,7 @@ needed where training runs, not on the host that launches it.
 
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
 from nemo_resiliency_plugins.fault_tolerance import FaultTolerancePlugin, FaultTolerancePluginScriptArgs
+from nemo_resiliency_plugins.inprocess_restart import InProcessRestartPlugin
 from nemo_resiliency_plugins.preemption import PreemptionPlugin, PreemptionPluginScriptArgs, PreemptionTimeWarning
 from nemo_resiliency_plugins.rerun import RerunStateMachinePlugin, RerunStateMachinePluginScriptArgs
 from nemo_resiliency_plugins.straggler import StragglerDetectionPlugin, StragglerDetectionPluginScriptArgs
@@ -13,6 +14,7 @@ from nemo_resiliency_plugins.straggler import StragglerDetectionPlugin, Straggle
 __all__ = [
     "FaultTolerancePlugin",
     "FaultTolerancePluginScriptArgs",
+    "InProcessRestartPlugin",
     "PreemptionPlugin",
     "PreemptionPluginScriptArgs",
     "PreemptionTimeWarning",

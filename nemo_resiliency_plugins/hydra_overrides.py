@@ -20,7 +20,8 @@ from typing import Any
 
 # Words Hydra's grammar reads as something other than a string when unquoted.
 _KEYWORDS = {"true", "false", "null", "none", "inf", "-inf", "+inf", "nan"}
-_BARE_STRING = re.compile(r"^[A-Za-z_][A-Za-z0-9_./-]*$")
+# Absolute paths are fine unquoted: Hydra's grammar reads /a/b.c as a string.
+_BARE_STRING = re.compile(r"^[A-Za-z_/][A-Za-z0-9_./-]*$")
 _OVERRIDE = re.compile(
     r"^(?P<prefix>\+{0,2}|~)(?P<key>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)(?:=(?P<value>.*))?$", re.S
 )

@@ -209,6 +209,10 @@ class InProcessRestartPlugin(run.Plugin):
             executor_config.set_env(task, executor, "TORCH_CPP_LOG_LEVEL", "error", plugin=name)
         for env_name, value in REQUIRED_ENV.items():
             executor_config.set_env(task, executor, env_name, value, plugin=name)
+        # Megatron Bridge reads MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE raw; without a launcher a LocalExecutor
+        # starts one plain process with none of them. A launcher the user (or FaultTolerancePlugin) chose stays.
+        if executor_config.default_launcher(executor, "torchrun"):
+            logger.info("%s: executor.launcher='torchrun' (none was set)", name)
         executor_config.set_env(task, executor, MARKER_ENV, "1", plugin=name)
         for change in changes:
             logger.info("%s: %s", name, change.description)

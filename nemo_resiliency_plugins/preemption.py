@@ -156,6 +156,17 @@ class PreemptionPlugin(run.Plugin):
 
     def setup(self, task: run.Partial | run.Script, executor: run.Executor) -> None:
         name = type(self).__name__
+        if task_config.read_config_field(task, "inprocess_restart", "enabled") is True or executor_config.get_env(
+            task, executor, "NRP_INPROCESS_RESTART_PLUGIN"
+        ):
+            raise ResiliencyConfigError(
+                name,
+                None,
+                detail=(
+                    "cannot be combined with InProcessRestartPlugin on the same task: Megatron Bridge's exit "
+                    "handler and NVRx's in-process wrapper both act on the signal (see InProcessRestartPlugin)"
+                ),
+            )
         changes = []
         if self.enable_exit_handler:
             changes = task_config.set_config_fields(

@@ -15,7 +15,6 @@ Plugins are read by class name and field, so this module works with whichever pl
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,22 +45,14 @@ def _by_class(plugins: list[Any], name: str) -> Any:
 
 
 def slurm_time_limit_s(time: str | None) -> float | None:
-    """Seconds in a Slurm ``--time`` value (``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM[:SS]``)."""
-    if not time:
+    """Seconds in a Slurm ``--time`` value, None when unlimited or unreadable (the plugins report those)."""
+    from nemo_resiliency_plugins.executor_config import slurm_time_limit_seconds
+
+    try:
+        seconds = slurm_time_limit_seconds(time)
+    except ValueError:
         return None
-    match = re.match(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$", str(time).strip())
-    if not match:
-        return None
-    days, a, b, c = match.groups()
-    if days is not None:
-        hours, minutes, seconds = int(a), int(b or 0), int(c or 0)
-    elif c is not None:
-        hours, minutes, seconds = int(a), int(b), int(c)
-    elif b is not None:
-        hours, minutes, seconds = 0, int(a), int(b)
-    else:
-        hours, minutes, seconds = 0, int(a), 0
-    return ((int(days or 0) * 24 + hours) * 60 + minutes) * 60.0 + seconds
+    return None if seconds is None else float(seconds)
 
 
 def timeout_chain(

@@ -78,14 +78,16 @@ Environment variables (fault injection; all optional):
     ``NRP_STEP_TIME``   extra sleep per step in seconds; default 0.05
     ``NRP_SAVE_DIR``    script path only: default for ``checkpoint.save`` (an override still wins)
     ``NRP_IPR_PG_TIMEOUT``  in-process restart only: gloo process-group timeout in seconds; default 10
+    ``NRP_DEVICE``      ``cpu`` (default: gloo) or ``cuda`` (GPU mode: model and batches on GPU ``LOCAL_RANK``,
+                        NCCL process group, the step's extra compute time spent in a GPU kernel)
 
 kill/hang/raise/sigterm are injected once per save directory: a marker file ``nrp_fault_injected`` in
 ``checkpoint.save`` stops a restarted attempt from injecting again (without ``checkpoint.save`` there is no
 marker and every attempt injects). ``slow`` models a persistently slow
 rank: it applies on every step >= NRP_FAULT_STEP of every attempt (its compute part takes 3x as long).
-``nan`` adds NaN to the loss of step NRP_FAULT_STEP once (a transient fault: a re-run of the step is clean);
-``nan_persistent`` adds it on every run of that step in the attempt that injects it (the re-run reproduces
-it). Both use the marker, so a restarted attempt is clean.
+``nan`` adds NaN to the model output, hence to the loss and the gradients, of step NRP_FAULT_STEP once (a
+transient fault: a re-run of the step is clean); ``nan_persistent`` adds it on every run of that step in the
+attempt that injects it (the re-run reproduces it). Both use the marker, so a restarted attempt is clean.
 
 Log lines (stdout, flushed, each prefixed with ``[rank<r>] ``):
     ``START rank=<r> world=<w> restart=<TORCHELASTIC_RESTART_COUNT>``
@@ -319,6 +321,7 @@ class _FaultInjector:
         # Whether an earlier attempt in this save dir already injected (nan_persistent looks at this only).
         self.injected_before = self.marker is not None and os.path.exists(self.marker)
         self._slow_announced = False
+        self._loss_fault_done = False
         if spec.kind is not None and not 0 <= spec.rank < world and rank == 0:
             _log(f"NOTE NRP_FAULT={spec.kind} ignored: NRP_FAULT_RANK={spec.rank} not in world of {world}")
 
@@ -359,8 +362,9 @@ class _FaultInjector:
         kind = self.spec.kind
         if not self.active or kind not in _LOSS_FAULTS or step != self.spec.step:
             return False
-        if kind == "nan" and self.marker is not None and os.path.exists(self.marker):
+        if kind == "nan" and (self._loss_fault_done or (self.marker is not None and os.path.exists(self.marker))):
             return False  # transient: injected once, so the re-run of the step is clean
+        self._loss_fault_done = True
         if kind == "nan_persistent" and self.injected_before:
             return False  # reproducible within the attempt that injects it, not after a restart
         if self.marker is not None and not os.path.exists(self.marker):
@@ -395,6 +399,64 @@ def params_sha256(model: torch.nn.Module) -> str:
     return h.hexdigest()
 
 
+# ----------------------------------------------------------------------------------------------------------
+# GPU mode (NRP_DEVICE=cuda): model and batches on the rank's GPU, NCCL process group
+# ----------------------------------------------------------------------------------------------------------
+DEVICE_ENV = "NRP_DEVICE"
+DEVICES = ("cpu", "cuda")
+
+
+def device_from_env(env: dict[str, str] | None = None) -> str:
+    """``NRP_DEVICE``: ``cpu`` (default: gloo, CPU tensors) or ``cuda`` (NCCL, tensors on the rank's GPU)."""
+    env = os.environ if env is None else env
+    value = env.get(DEVICE_ENV, "").strip().lower() or "cpu"
+    if value not in DEVICES:
+        raise ValueError(f"{DEVICE_ENV}={value!r}: expected one of {', '.join(DEVICES)}")
+    return value
+
+
+def backend_for(device: str) -> str:
+    """The process-group backend for a device: NCCL for ``cuda`` (one GPU per rank), gloo for ``cpu``."""
+    if device not in DEVICES:
+        raise ValueError(f"device {device!r}: expected one of {', '.join(DEVICES)}")
+    return "nccl" if device == "cuda" else "gloo"
+
+
+def cuda_device_index(env: dict[str, str] | None = None) -> int:
+    """The GPU a rank uses in GPU mode: its ``LOCAL_RANK`` (0 when launched plainly)."""
+    env = os.environ if env is None else env
+    return int(env.get("LOCAL_RANK", "0"))
+
+
+def _torch_device() -> torch.device:
+    if device_from_env() == "cuda":
+        return torch.device("cuda", cuda_device_index())
+    return torch.device("cpu")
+
+
+_SPIN_CYCLES_PER_S: list[float] = []
+
+
+def _spend_compute_time(seconds: float) -> None:
+    """The step's extra compute time: a sleep on CPU; in GPU mode a real GPU kernel that runs that long
+    (``torch.cuda._sleep`` spins for a number of GPU clock cycles, calibrated once), so that CUPTI's kernel
+    timings, and with them NVRx's GPU scores, see a slowed step as they would see a slow GEMM."""
+    if seconds <= 0:
+        return
+    if device_from_env() != "cuda":
+        time.sleep(seconds)
+        return
+    if not _SPIN_CYCLES_PER_S:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(1_000_000)  # warm-up
+        start.record()
+        torch.cuda._sleep(20_000_000)
+        end.record()
+        end.synchronize()
+        _SPIN_CYCLES_PER_S.append(20_000_000 / (start.elapsed_time(end) / 1e3))
+    torch.cuda._sleep(int(seconds * _SPIN_CYCLES_PER_S[0]))
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -405,13 +467,18 @@ def _init_process_group(cfg: ConfigContainer, restart_store: Any = None) -> bool
     """gloo process group from torchrun / ft_launcher env; a private 1-rank group when launched plainly."""
     if dist.is_initialized():
         return False
+    backend = backend_for(device_from_env())
+    if backend == "nccl":
+        torch.cuda.set_device(cuda_device_index())
     if restart_store is not None:  # in-process restart: this iteration's store (see _run_with_inprocess_restart)
         # CPU accommodation: gloo has no working abort (NVRx's AbortTorchDistributed aborts NCCL backends only),
         # so a rank blocked in a collective when its peer fails is released only by this timeout; it bounds
         # the in-process recovery time. dist.distributed_timeout_minutes is the NCCL watchdog on GPUs.
         seconds = float(os.environ.get(IPR_PG_TIMEOUT_ENV, _IPR_PG_TIMEOUT_DEFAULT_S))
+        if backend == "nccl":  # GPU mode: NCCL is aborted by NVRx, no gloo accommodation
+            seconds = cfg.dist.distributed_timeout_minutes * 60.0
         dist.init_process_group(
-            "gloo",
+            backend,
             store=restart_store,
             rank=int(os.environ["RANK"]),
             world_size=int(os.environ["WORLD_SIZE"]),
@@ -420,10 +487,10 @@ def _init_process_group(cfg: ConfigContainer, restart_store: Any = None) -> bool
         return True
     timeout = datetime.timedelta(minutes=cfg.dist.distributed_timeout_minutes)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ:
-        dist.init_process_group("gloo", timeout=timeout)
+        dist.init_process_group(backend, timeout=timeout)
     else:
         dist.init_process_group(
-            "gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1, timeout=timeout
+            backend, init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1, timeout=timeout
         )
     return True
 
@@ -691,7 +758,7 @@ class _Trainer:
         seed = cfg.rng.seed
         # Identical initial weights on every rank; a target function shared by all ranks.
         torch.manual_seed(seed)
-        self.model = torch.nn.Linear(_IN_FEATURES, _OUT_FEATURES)
+        self.model = torch.nn.Linear(_IN_FEATURES, _OUT_FEATURES).to(_torch_device())  # GPU mode: on the GPU
         target = torch.Generator().manual_seed(seed + 1)
         self.w_true = torch.randn(_OUT_FEATURES, _IN_FEATURES, generator=target)
         self.b_true = torch.randn(_OUT_FEATURES, generator=target)
@@ -708,7 +775,8 @@ class _Trainer:
         while True:
             x = torch.randn(_ROWS_PER_RANK, _IN_FEATURES, generator=self.data_gen)
             noise = 0.1 * torch.randn(_ROWS_PER_RANK, _OUT_FEATURES, generator=self.data_gen)
-            yield x, x @ self.w_true.T + self.b_true + noise
+            y = x @ self.w_true.T + self.b_true + noise  # drawn on the CPU: the same data in both modes
+            yield x.to(_torch_device()), y.to(_torch_device())
 
     # -- checkpointing -------------------------------------------------------------------------------------
     def save_checkpoint(self) -> None:
@@ -779,9 +847,11 @@ class _Trainer:
                 self.optimizer.zero_grad(set_to_none=False)
                 with _cpu_kernel():
                     x, y = next(self.data_iterator)
-                    squared_errors = (self.model(x) - y).pow(2)
+                    output = self.model(x)
                     if injector.loss_fault(step):
-                        squared_errors = squared_errors + float("nan")
+                        # As a fault in the forward pass would: the NaN reaches the loss and the gradients.
+                        output = output + float("nan")
+                    squared_errors = (output - y).pow(2)
                     # Megatron Bridge's loss function: validates the loss with the re-run state machine.
                     loss_sum, num_elements, _ = masked_next_token_loss(
                         torch.ones_like(squared_errors),
@@ -792,8 +862,7 @@ class _Trainer:
                     loss = loss_sum / num_elements
                     loss.backward()
                     delay = injector.compute_delay(step)
-                    if delay > 0:
-                        time.sleep(delay)
+                    _spend_compute_time(delay)
                 for p in self.model.parameters():  # data-parallel gradient averaging by hand
                     dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
                     p.grad.div_(self.world)
@@ -915,6 +984,9 @@ def _train_once(cfg: ConfigContainer, state: GlobalState, restart_store: Any = N
     finally:
         if state._signal_handler is not None:
             state._signal_handler.release()
+        # NVRx's Detector is process-global: shut it down on every way out, so that a later pretrain() in the
+        # same process (in-process restart) can initialise it again. A no-op when it is not running.
+        mb_nvrx_straggler.safe_shutdown_nvrx_straggler_manager(state._nvrx_straggler_manager)
         if created_pg and dist.is_initialized():
             dist.destroy_process_group()
         destroy_rerun_state_machine()

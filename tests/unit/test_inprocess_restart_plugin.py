@@ -337,3 +337,26 @@ def test_monitor_logdir_is_refused_where_megatron_bridge_would_ignore_it():
         [InProcessRestartPlugin(monitor_process_logdir="/tmp/x")],
     )
     assert job.task.config.inprocess_restart.monitor_process_logdir == "/tmp/x"
+
+
+def test_a_launcher_is_provided_when_none_was_chosen():
+    """Megatron Bridge reads MASTER_ADDR/RANK/WORLD_SIZE raw; a LocalExecutor without launcher starts one process."""
+    job = add_job(script(), local(), [InProcessRestartPlugin()])
+    assert job.executor.launcher == "torchrun"
+    entrypoint, args, _ = launch_command(job)
+    assert entrypoint == "torchrun"
+    assert args[args.index("--nproc-per-node") + 1] == "2"
+
+
+def test_a_chosen_launcher_is_kept_and_fault_tolerance_upgrades_in_either_order():
+    job = add_job(script(), local(launcher=run.Torchrun(rdzv_backend="static")), [InProcessRestartPlugin()])
+    assert isinstance(job.executor.launcher, run.Torchrun) and job.executor.launcher.rdzv_backend == "static"
+    job = add_job(script(), local(), [InProcessRestartPlugin(), FaultTolerancePlugin()])
+    assert isinstance(job.executor.launcher, FaultTolerance)
+
+
+def test_the_real_preemption_plugin_listed_first_is_refused():
+    from nemo_resiliency_plugins.preemption import PreemptionPlugin
+
+    with pytest.raises(ResiliencyConfigError, match="preemption"):
+        add_job(script(), local(), [PreemptionPlugin(), InProcessRestartPlugin()])
