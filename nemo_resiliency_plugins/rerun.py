@@ -36,18 +36,19 @@ What happens to a rejected result, by ``rerun_mode``:
     (non-determinism of the kernels). Nothing is stopped. Training is about twice as slow.
 
 Combined with :class:`~nemo_resiliency_plugins.FaultTolerancePlugin` (NVRx ``ft_launcher``): the launcher
-treats exit codes 16 and 17 like any other non-zero exit of a rank. The worker group is marked FAILED and, while
-``num_in_job_restarts`` remain, restarted in place on the same nodes, resuming from the last checkpoint.
+treats exit codes 16 and 17 like any other non-zero exit of a rank ("Worker group UNHEALTHY. n/m attempts left;
+will restart worker group") and, while ``num_in_job_restarts`` remain, restarts the worker group in place on the
+same nodes, which resumes from the last checkpoint.
 
 * After **17** this is what you want: the bad step is computed again from the last checkpoint and, since a
   transient error does not come back, training goes on (the smoke test
   ``tests/smoke/test_rerun_local.py`` shows it: exit 17, "will restart worker group", resumed, finished).
 * After **16** the in-job restart lands on the same GPU, so Megatron Core exits 16 again and each round uses
-  one restart. NVRx's progress tracker (``max_no_progress_cycles``, no new checkpoint iteration between
-  restarts) or the restart budget then ends the job as FAILED, and ``num_job_retries_on_failure`` (a new
-  Slurm job, possibly on other nodes) is what can disambiguate. This comes from reading Megatron Core's and NVRx's
-  code; it is not exercised by this package's tests, whose reference workload does not store the state
-  machine in its checkpoints.
+  one restart until none is left (NVRx's progress tracker, ``max_no_progress_cycles``, may stop it sooner
+  when it can read a checkpoint iteration that does not advance); the job then ends FAILED, and
+  ``num_job_retries_on_failure`` (a new Slurm job, possibly on other nodes) is what can disambiguate. This
+  comes from reading Megatron Core's and NVRx's code; it is not exercised by this package's tests, whose
+  reference workload does not store the state machine in its checkpoints.
 
 Cost: ``validate_results`` re-runs only the steps whose validation failed; in the steady state each step adds
 one all-reduce of a flag and an RNG-state snapshot.

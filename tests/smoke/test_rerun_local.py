@@ -1,0 +1,93 @@
+"""RerunStateMachinePlugin end to end through NeMo-Run's LocalExecutor: 2 gloo ranks of the reference workload,
+Megatron Core's real re-run state machine initialised by Megatron Bridge's ``init_rerun_state``, the loss
+validated by Megatron Bridge's ``masked_next_token_loss``, and a NaN put into rank 1's forward pass at one step
+(NRP_FAULT=nan: once; nan_persistent: on every run of that step). The CPU accommodations (no CUDA RNG, flag
+all-reduce on CPU tensors) are inside the reference workload.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nemo_run as run
+import pytest
+import torch
+
+from nemo_resiliency_plugins import FaultTolerancePlugin, RerunStateMachinePlugin
+from nemo_resiliency_plugins.testing.local_run import run_local, workload_task
+
+STEPS = 20  # the reference config's train.train_iters; checkpoint every 5 steps
+NAN_STEP = 7
+
+
+def exit_code_seen(result, code: int) -> bool:
+    """torchrun / ft_launcher report a worker's exit code as 'exitcode: N' or 'exitcode  : N'."""
+    return any(re.search(rf"exitcode\W+{code}\b", line) for line in result.lines)
+
+
+def script_task(save: Path, fault: str, step: int = NAN_STEP):
+    env = {"NRP_STEP_TIME": "0.05", "NRP_FAULT": fault, "NRP_FAULT_STEP": str(step), "NRP_FAULT_RANK": "1"}
+    return workload_task([f"checkpoint.save={save}"], env=env)
+
+
+def test_nan_is_caught_in_validate_results_mode_and_the_job_exits_17(tmp_path):
+    result = run_local(script_task(tmp_path, "nan"), [RerunStateMachinePlugin()], name="rerun-nan", launcher="torchrun")
+    assert result.state == "FAILED", result.log[-4000:]
+    assert result.grep(f"FAULT_INJECTED kind=nan step={NAN_STEP} rank=1")
+    assert result.grep("Unexpected result nan on rank 1")  # Megatron Core's validate_result
+    assert result.grep("Need to rerun step to check reproducibility")
+    assert result.grep("First rerun: unexpected result is not reproducible")
+    assert result.grep("Possible transient error")
+    assert result.grep(f"EXIT rerun_state_machine exit_code=17 step={NAN_STEP}")
+    assert exit_code_seen(result, 17), result.log[-4000:]
+    assert not result.grep("FINISHED step=")
+    assert not (tmp_path / f"iter_{NAN_STEP:07d}.pt").exists(), "exit 17 saves no checkpoint"
+
+
+def test_with_the_check_off_the_nan_is_not_caught(tmp_path):
+    plugin = RerunStateMachinePlugin(check_for_nan_in_loss=False)
+    result = run_local(script_task(tmp_path, "nan"), [plugin], name="rerun-nan-check-off", launcher="torchrun")
+    assert result.state == "SUCCEEDED", result.log[-4000:]
+    assert result.grep(f"FAULT_INJECTED kind=nan step={NAN_STEP} rank=1")
+    assert not result.grep("Unexpected result") and not result.grep("EXIT rerun_state_machine")
+    assert result.grep(f"FINISHED step={STEPS}")
+    params = torch.load(tmp_path / "final_params.pt")
+    assert all(torch.isnan(t).any() for t in params.values()), "the NaN went into the weights unnoticed"
+
+
+def test_reproduced_nan_saves_a_checkpoint_and_exits_16_partial_task(tmp_path):
+    from nemo_resiliency_plugins.testing import workload
+
+    task = run.Partial(workload.pretrain, config=workload.reference_config_buildable(str(tmp_path)))
+    env = {"NRP_STEP_TIME": "0.05", "NRP_FAULT": "nan_persistent", "NRP_FAULT_STEP": str(NAN_STEP)}
+    result = run_local(task, [RerunStateMachinePlugin()], name="rerun-nan-persistent", env=env, launcher="torchrun")
+    assert result.state == "FAILED", result.log[-4000:]
+    assert len(result.grep(f"FAULT_INJECTED kind=nan_persistent step={NAN_STEP}")) == 2, "initial run + re-run"
+    assert result.grep("First rerun: unexpected result is reproducible")
+    assert result.grep("Saving a checkpoint and exiting now")
+    assert result.grep(f"CHECKPOINT saved step={NAN_STEP}")
+    assert (tmp_path / f"iter_{NAN_STEP:07d}.pt").exists()
+    assert result.grep(f"EXIT rerun_state_machine exit_code=16 step={NAN_STEP}")
+    assert exit_code_seen(result, 16), result.log[-4000:]
+
+
+@pytest.mark.parametrize("restarts", [2])
+def test_with_fault_tolerance_plugin_exit_17_is_restarted_in_place_and_training_goes_on(tmp_path, restarts):
+    """What ft_launcher does with the rerun exit codes: a failed worker group, restarted from the last checkpoint."""
+    ft = FaultTolerancePlugin(
+        num_in_job_restarts=restarts,
+        section_timeouts={"setup": 120, "step": 10, "checkpointing": 60},
+        out_of_section_timeout=60,
+        workload_check_interval=1,
+    )
+    result = run_local(script_task(tmp_path, "nan", step=13), [ft, RerunStateMachinePlugin()], name="rerun-ft")
+    assert result.state == "SUCCEEDED", result.log[-4000:]
+    assert result.grep("EXIT rerun_state_machine exit_code=17 step=13")
+    assert exit_code_seen(result, 17), "ft_launcher saw the worker exit with 17"
+    assert result.grep(f"{restarts}/{restarts} attempts left; will restart worker group")
+    assert result.grep("START rank=0 world=2 restart=1")
+    assert result.grep("RESUMED from step 10")
+    assert result.grep(f"FINISHED step={STEPS}")
+    params = torch.load(tmp_path / "final_params.pt")
+    assert not any(torch.isnan(t).any() for t in params.values()), "the bad step never reached the weights"

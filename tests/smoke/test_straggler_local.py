@@ -1,0 +1,119 @@
+"""StragglerDetectionPlugin end to end through NeMo-Run's LocalExecutor (torchrun: the detector needs no
+ft_launcher): 2 gloo ranks of the reference workload,
+rank 1 made 3x slower (NRP_FAULT=slow), Megatron Bridge's own NVRxStragglerDetectionManager and NVRx's
+Detector scoring the ranks. The one CPU accommodation (NVRx's CUPTI timing replaced by CPU timing of the step's
+compute part) is inside the reference workload; see its module docstring.
+
+Measured values (scores, first report time) are recorded as test properties (``-rP`` or junit XML).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nemo_run as run
+import pytest
+
+from nemo_resiliency_plugins import StragglerDetectionPlugin
+from nemo_resiliency_plugins.testing.local_run import LocalRunResult, run_local, workload_task
+
+ITERS = 30
+STEP_TIME = "0.1"  # rank 0's compute part per step; rank 1's is 3x as long
+INTERVAL = 1.0  # report_time_interval (s): first report after 16 warm-up iterations, then every ~1 s
+SLOW = {"NRP_STEP_TIME": STEP_TIME, "NRP_FAULT": "slow", "NRP_FAULT_STEP": "0", "NRP_FAULT_RANK": "1"}
+SCORE = re.compile(r"Rank=(\d+) Node=\S+ Score=([0-9.]+|nan)")
+WARNING = "STRAGGLER DETECTION WARNING: Some GPUs have worse relative performance. Affected ranks:"
+
+
+def script_task(save: Path):
+    return workload_task([f"checkpoint.save={save}", f"train.train_iters={ITERS}"], env=SLOW)
+
+
+def score_blocks(result: LocalRunResult, header: str) -> list[dict[int, float]]:
+    """Each ``<header>`` block Megatron Bridge's manager logged, as {rank: score}."""
+    blocks, current = [], None
+    for line in result.lines:
+        if header in line:
+            current = {}
+            blocks.append(current)
+            continue
+        match = SCORE.search(line)
+        if current is not None and match:
+            current[int(match.group(1))] = float(match.group(2))
+        else:
+            current = None
+    return [b for b in blocks if b]
+
+
+def first_report_s(result: LocalRunResult) -> float:
+    lines = result.grep("STRAGGLER_REPORT step=")
+    assert lines, "NVRx never reported:\n" + result.log[-4000:]
+    return float(re.search(r"elapsed_s=([0-9.]+)", lines[0]).group(1))
+
+
+@pytest.fixture(scope="module")
+def reported(tmp_path_factory):
+    save = tmp_path_factory.mktemp("straggler-report")
+    plugin = StragglerDetectionPlugin(report_time_interval=INTERVAL, gpu_relative_perf_threshold=0.7)
+    return run_local(script_task(save), [plugin], name="straggler-report", launcher="torchrun"), save
+
+
+def test_report_names_the_slow_rank_at_the_configured_threshold(reported, record_property):
+    result, _ = reported
+    assert result.state == "SUCCEEDED", result.log[-4000:]
+    assert result.grep("FAULT_INJECTED kind=slow step=0 rank=1")
+    assert result.grep("NVRx straggler detection enabled"), "Megatron Bridge's manager did not initialise"
+    warnings = result.grep(WARNING)
+    assert warnings, "no straggler reported:\n" + result.log[-4000:]
+    for line in warnings:
+        assert "StragglerId(rank=1," in line and "rank=0," not in line, line
+    relative = score_blocks(result, "GPU relative performance:")
+    individual = score_blocks(result, "GPU individual performance:")
+    assert relative and len(relative) == len(warnings), "every report named the slow rank"
+    for scores in relative:
+        assert scores[1] < 0.7 <= scores[0], scores
+    first = relative[0]
+    record_property("relative_score_slow_rank1", first[1])
+    record_property("relative_score_normal_rank0", first[0])
+    record_property("individual_scores_first_report", individual[0])
+    record_property("first_report_s", first_report_s(result))
+    record_property("reports", len(relative))
+    # A 3x slower compute part: relative score about 1/3 (the rest of the step is shared work).
+    assert 0.2 < first[1] < 0.5 and first[0] == 1.0
+    # Individual scores compare a rank with its own past: a rank slow from the start is not flagged by them.
+    assert not result.grep("Some GPUs performance dropped")
+    assert result.grep(f"FINISHED step={ITERS}")
+
+
+def test_stop_if_detected_saves_a_checkpoint_and_exits_cleanly(tmp_path, record_property):
+    plugin = StragglerDetectionPlugin(report_time_interval=INTERVAL, stop_if_detected=True)
+    result = run_local(script_task(tmp_path), [plugin], name="straggler-stop", launcher="torchrun")
+    assert result.state == "SUCCEEDED", "exit 0, as Megatron Bridge does:\n" + result.log[-4000:]
+    assert result.grep(WARNING) and "StragglerId(rank=1," in result.grep(WARNING)[0]
+    assert result.grep("Detected stragglers. Training should be stopped.")
+    assert result.grep("Exiting program due to straggler detection.")
+    exits = result.grep("EXIT on straggler step=")
+    assert len(exits) == 2, "both ranks stop at the same step"
+    step = int(re.search(r"step=(\d+)", exits[0]).group(1))
+    assert 16 < step < ITERS
+    assert (tmp_path / f"iter_{step:07d}.pt").exists(), "checkpoint at the step it stopped"
+    assert (tmp_path / "latest_checkpointed_iteration.txt").read_text().strip() == str(step)
+    assert not result.grep("FINISHED step=")
+    record_property("stopped_at_step", step)
+    record_property("first_report_s", first_report_s(result))
+
+
+def test_partial_task_below_the_slow_ranks_score_reports_no_straggler(tmp_path):
+    from nemo_resiliency_plugins.testing import workload
+
+    config = workload.reference_config_buildable(str(tmp_path))
+    config.train.train_iters = ITERS
+    task = run.Partial(workload.pretrain, config=config)
+    plugin = StragglerDetectionPlugin(report_time_interval=INTERVAL, gpu_relative_perf_threshold=0.2)
+    result = run_local(task, [plugin], name="straggler-partial-threshold", env=SLOW, launcher="torchrun")
+    assert result.state == "SUCCEEDED", result.log[-4000:]
+    relative = score_blocks(result, "GPU relative performance:")
+    assert relative, "reports were made:\n" + result.log[-4000:]
+    assert all(0.2 <= scores[1] < 0.7 for scores in relative), relative
+    assert not result.grep("STRAGGLER DETECTION WARNING"), "score above the 0.2 threshold: not a straggler"
