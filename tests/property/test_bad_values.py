@@ -1,31 +1,28 @@
-"""Random bad values for every field of every plugin: only ResiliencyConfigError may come out."""
+"""Random bad values for every field of every plugin: only ResiliencyConfigError may come out, and it names
+the plugin and the field."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from nemo_resiliency_plugins import FaultTolerancePlugin, ResiliencyConfigError
-
-PLUGINS = [FaultTolerancePlugin]
-
-anything = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(min_value=-(10**9), max_value=10**9),
-    st.floats(allow_nan=True, allow_infinity=True),
-    st.text(max_size=30),
-    st.lists(st.integers(), max_size=3),
-    st.dictionaries(st.text(max_size=8), st.one_of(st.floats(), st.text(max_size=5), st.none()), max_size=3),
-    st.builds(object),
+from nemo_resiliency_plugins import (
+    FaultTolerancePlugin,
+    InProcessRestartPlugin,
+    PreemptionPlugin,
+    RerunStateMachinePlugin,
+    ResiliencyConfigError,
+    StragglerDetectionPlugin,
 )
+from tests.property.strategies import anything, init_fields
 
-
-def init_fields(cls):
-    return [f.name for f in dataclasses.fields(cls) if f.init and f.name != "experiment_id"]
+PLUGINS = [
+    FaultTolerancePlugin,
+    StragglerDetectionPlugin,
+    RerunStateMachinePlugin,
+    PreemptionPlugin,
+    InProcessRestartPlugin,
+]
 
 
 @pytest.mark.parametrize(
@@ -40,3 +37,4 @@ def test_only_resiliency_config_error_escapes(cls, field, value):
         cls(**{field: value})
     except ResiliencyConfigError as err:
         assert cls.__name__ in str(err)
+        assert err.field is not None, "every refusal at construction names a field"

@@ -3,47 +3,12 @@ either accepted or refused with ResiliencyConfigError naming the plugin; nothing
 
 from __future__ import annotations
 
-import dataclasses
-import signal
-
 import nemo_run as run
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nemo_resiliency_plugins import ResiliencyConfigError
-from nemo_resiliency_plugins.preemption import FORWARDED_SIGNALS, PreemptionPlugin
-
-anything = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(min_value=-(10**9), max_value=10**9),
-    st.floats(allow_nan=True, allow_infinity=True),
-    st.text(max_size=30),
-    st.sampled_from([s.name for s in signal.Signals] + list(signal.Signals)),
-    st.lists(st.integers(), max_size=3),
-    st.dictionaries(st.text(max_size=8), st.integers(), max_size=3),
-    st.builds(object),
-)
-
-FIELDS = [f.name for f in dataclasses.fields(PreemptionPlugin) if f.init and f.name != "experiment_id"]
-
-
-@pytest.mark.parametrize("field", FIELDS)
-@settings(max_examples=80, deadline=None)
-@given(value=anything)
-def test_only_resiliency_config_error_escapes(field, value):
-    try:
-        plugin = PreemptionPlugin(**{field: value})
-    except ResiliencyConfigError as err:
-        assert "PreemptionPlugin" in str(err) and field in str(err)
-        return
-    # Accepted: then it is one of the documented forms.
-    if field == "preempt_time":
-        assert type(value) is int and 1 <= value <= 65535
-    if field == "exit_signal":
-        assert plugin.signal.name in FORWARDED_SIGNALS
-
+from nemo_resiliency_plugins.preemption import PreemptionPlugin
 
 time_limits = st.one_of(
     st.text(max_size=12),
