@@ -243,6 +243,133 @@ def _applied(task: Any, executor: Any, plugins: list[Any]) -> tuple[Any, Any]:
     return job.task, job.executor
 
 
+def _parse_sets(sets: list[str]) -> dict[str, dict[str, Any]]:
+    """``--set Plugin.field=value`` (value in YAML: numbers, booleans, ``{setup: 60}``) -> recipe overrides."""
+    import yaml
+
+    overrides: dict[str, dict[str, Any]] = {}
+    for item in sets:
+        key, sep, raw = item.partition("=")
+        plugin, dot, name = key.partition(".")
+        if not sep or not dot or not plugin or not name:
+            console.print(f"[red]--set {item!r}[/red]: expected Plugin.field=value")
+            raise typer.Exit(2)
+        overrides.setdefault(plugin, {})[name] = yaml.safe_load(raw)
+    return overrides
+
+
+# A module-level option object: a list-typed default may not be built in the signature (ruff B008).
+_SET_OPTION = typer.Option(None, "--set", help="Override a recipe field: Plugin.field=value (repeatable).")
+
+
+@app.command()
+def rehearse(
+    name: str = typer.Argument(..., help="A recipe name (nemo-resiliency list)."),
+    faults: str = typer.Option("kill,hang", "--faults", help="Comma-separated: kill, hang, raise, sigterm."),
+    ranks: int = typer.Option(2, "--ranks"),
+    sets: list[str] = _SET_OPTION,
+    step_time: float = typer.Option(None, "--step-time", help="Your cluster's step time, for the timeout chain."),
+    save_time: float = typer.Option(None, "--save-time", help="Your cluster's checkpoint save time."),
+    workdir: str = typer.Option(None, "--workdir", help="Where runs, checkpoints and logs go (default: a temp dir)."),
+    timeline: str = typer.Option(None, "--timeline", help="Write a PNG timeline of each run (needs matplotlib)."),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """Prove a recipe on this machine: inject each fault into a short local run; exit 1 if any is not survived."""
+    recipe = _recipe(name)
+    from nemo_resiliency_plugins.errors import ResiliencyConfigError
+    from nemo_resiliency_plugins.rehearse import rehearse as do_rehearse
+    from nemo_resiliency_plugins.rehearse import write_timeline
+
+    overrides = _parse_sets(sets or [])
+    try:
+        with _quiet():
+            report = do_rehearse(
+                lambda: recipe.build(**overrides),
+                faults=tuple(f.strip() for f in faults.split(",") if f.strip()),
+                ranks=ranks,
+                workdir=workdir,
+                step_time_s=step_time,
+                save_time_s=save_time,
+                progress=lambda line: print(line, file=sys.stderr, flush=True),
+            )
+    except ResiliencyConfigError as err:  # bad --faults / --ranks
+        console.print(f"[red]{err}[/red]")
+        raise typer.Exit(2) from err
+    png = None
+    if timeline:
+        png = write_timeline(report, timeline)
+    if json_out:
+        _emit_json(report.to_json() | {"timeline": png})
+        raise typer.Exit(0 if report.ok else 1)
+    _print_rehearsal(name, report)
+    if timeline:
+        console.print(f"timeline: {png}" if png else "[yellow]no timeline: matplotlib is not installed[/yellow]")
+    raise typer.Exit(0 if report.ok else 1)
+
+
+def _print_rehearsal(name: str, report: Any) -> None:
+    def num(value: Any, unit: str = " s") -> str:
+        return "-" if value is None else f"{value:g}{unit}"
+
+    table = Table(title=f"nemo-resiliency rehearse: {name} ({report.ranks} ranks, {report.wall_s:g} s)")
+    for column in ("run", "verdict", "detected by", "detect", "recover", "resumed from", "job", "params = fault-free"):
+        table.add_column(column)
+    if report.baseline is not None:
+        base = report.baseline
+        healthy = base.state == "SUCCEEDED" and not any("baseline" in r for r in report.reasons)
+        table.add_row(
+            "baseline (no fault)",
+            "[green]ok[/]" if healthy else "[red]FAIL[/]",
+            "-",
+            "-",
+            "-",
+            "-",
+            f"{base.state} in {base.wall_s:g} s",
+            "-",
+        )
+    for f in report.faults:
+        table.add_row(
+            f.fault,
+            "[green]ok[/]" if f.ok else "[red]FAIL[/]",
+            f.detected_by or ("-" if f.final_state == "not run" else "not detected"),
+            num(f.detect_s),
+            num(f.recover_s),
+            "-" if f.resumed_from is None else f"step {f.resumed_from}",
+            f.final_state + (f" in {f.run.wall_s:g} s" if f.run else ""),
+            {True: "yes", False: "NO", None: "-"}[f.params_equal],
+        )
+    if report.baseline is not None or report.faults:
+        console.print(table)
+    for line in report.scaled:
+        console.print(f"[cyan]scaled:[/cyan] {line}", markup=True, highlight=False)
+    for line in report.not_exercised:
+        console.print(f"[yellow]not exercised here:[/yellow] {line}", highlight=False)
+    if report.chain:
+        chain = Table(title="timeout chain (your settings; step/save time: " + _chain_times(report) + ")")
+        for column in ("link", "numbers", "verdict"):
+            chain.add_column(column)
+        colors = {"pass": "green", "FAIL": "red", "unknown": "yellow"}
+        for link in report.chain:
+            chain.add_row(link["name"], link["detail"], f"[{colors[link['verdict']]}]{link['verdict']}[/]")
+        console.print(chain)
+    if report.ok:
+        console.print("[green]OK: every fault was detected and survived with nothing lost[/green]")
+    else:
+        console.print("[red]FAILED:[/red]")
+        for reason in report.reasons:
+            console.print(f"  - {reason}", markup=False, highlight=False)
+    if report.baseline is not None:
+        console.print(f"logs and checkpoints: {report.workdir}", highlight=False)
+
+
+def _chain_times(report: Any) -> str:
+    step = "unknown" if report.step_time_s is None else f"{report.step_time_s:g} s"
+    if report.step_time_measured:
+        step += " (the rehearsal's toy step; pass --step-time)"
+    save = "unknown (pass --save-time)" if report.save_time_s is None else f"{report.save_time_s:g} s"
+    return f"{step} / {save}"
+
+
 def main() -> None:
     app()
 

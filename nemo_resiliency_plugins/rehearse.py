@@ -1,0 +1,704 @@
+"""Rehearse a plugin set on one machine before it meets a cluster.
+
+A resiliency setting is only proven when a fault happens and the job survives it. On the cluster that costs
+GPU-hours and happens at the worst moment; here it costs a few minutes of CPU. :func:`rehearse` takes the
+user's plugins (instances, a recipe name, or a callable that builds them, so that a refused setting is
+reported rather than raised), and:
+
+* swaps the training task for the reference workload (Megatron Bridge's real config parser and fault-tolerance
+  hooks around a toy model, :mod:`nemo_resiliency_plugins.testing.workload`) and the executor for NeMo-Run's
+  ``LocalExecutor`` (through :func:`~nemo_resiliency_plugins.testing.local_run.run_local`);
+* keeps every setting that can act on one machine, and scales the timeouts a cluster job needs (minutes) to the
+  toy's step (a fraction of a second): FT section timeouts keep their ratios, scaled so the step timeout is
+  :data:`TARGET_STEP_TIMEOUT_S` (never below a floor the local start-up needs); the scaling is listed in the
+  report, because a rehearsal that silently changed the user's numbers would prove something else;
+* runs a fault-free baseline, then one run per fault (``kill``, ``hang``, ``raise``, ``sigterm``) injected on
+  the last rank at step :data:`FAULT_STEP`, and reports per fault what detected it (a section timeout, a dead
+  rank, a signal handler, in-process restart), how long detection and recovery took, which checkpoint the job
+  resumed from, and whether the final parameters equal the baseline's bit for bit;
+* lists the settings it could not exercise locally and why, and checks the timeout chain of the *original*
+  settings with the step/save times given (the user's cluster numbers) or measured here.
+
+A rehearsal fails (``report.ok`` False, with reasons) when a fault is not detected within its deadline, the
+healthy baseline is killed or restarted, the parameters differ, a chain link FAILs, or a plugin refuses its
+settings. Times come from watching the job's log while it runs (a 0.2 s poll), so they are accurate to about
+that.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import os
+import re
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nemo_resiliency_plugins.errors import ResiliencyConfigError
+
+FAULTS = ("kill", "hang", "raise", "sigterm")
+DEFAULT_FAULTS = ("kill", "hang")
+STEPS = 20
+SAVE_INTERVAL = 5
+FAULT_STEP = 13  # two steps past the checkpoint at step 10: a correct resume must redo steps 11-13
+STEP_TIME_S = 0.15
+TARGET_STEP_TIMEOUT_S = 5.0
+# Local start-up (each rank imports Megatron Bridge for ~13 s, more on a loaded machine) and toy saves need
+# these at least, whatever the scaling gives; the CI machines this runs on are small and shared.
+FLOORS_S = {"setup": 60.0, "checkpointing": 15.0, "out_of_section": 30.0, "check_interval": 0.5}
+# Seconds a detection may take beyond the timeout that should fire (check interval, a loaded machine).
+DETECTION_SLACK_S = 15.0
+RUN_CAP_S = 300.0  # any single run longer than this is stopped: a rehearsal must end
+POLL_S = 0.2
+
+PluginsLike = Sequence[Any] | str | Callable[[], Sequence[Any]]
+
+
+# ------------------------------------------------------------------------------------------------ results
+@dataclass
+class RunOutcome:
+    """One local run: what the job did, as read from its log while it ran."""
+
+    name: str
+    state: str
+    wall_s: float
+    job_dir: str
+    save_dir: str
+    events: list[tuple[float, str]] = field(default_factory=list)  # (seconds since launch, what)
+    stopped_by_rehearsal: bool = False
+    log_tail: str = ""
+
+
+@dataclass
+class FaultResult:
+    fault: str
+    ok: bool
+    injected: bool
+    detected: bool
+    detected_by: str | None
+    detect_s: float | None
+    recover_s: float | None
+    resumed_from: int | None
+    final_state: str
+    params_equal: bool | None
+    deadline_s: float
+    reasons: list[str] = field(default_factory=list)
+    run: RunOutcome | None = None
+
+
+@dataclass
+class RehearsalReport:
+    ok: bool
+    reasons: list[str]
+    plugins: list[str]
+    ranks: int
+    scaled: list[str]
+    not_exercised: list[str]
+    chain: list[dict[str, Any]]
+    baseline: RunOutcome | None
+    faults: list[FaultResult]
+    wall_s: float
+    workdir: str
+    step_time_s: float | None = None
+    save_time_s: float | None = None
+    step_time_measured: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        for fault in data["faults"]:
+            if fault["run"]:
+                fault["run"].pop("log_tail", None)
+        if data["baseline"]:
+            data["baseline"].pop("log_tail", None)
+        return data
+
+
+# ------------------------------------------------------------------------------------------------ plugins
+def _resolve(plugins: PluginsLike) -> tuple[list[Any] | None, str | None]:
+    """The plugin list, or the refusal a user would get when building it."""
+    try:
+        if isinstance(plugins, str):
+            from nemo_resiliency_plugins.recipes import get_recipe
+
+            return list(get_recipe(plugins)), None
+        if callable(plugins):
+            return list(plugins()), None
+        return list(plugins), None
+    except ResiliencyConfigError as err:
+        return None, f"settings refused before anything ran: {err}"
+
+
+def _name(plugin: Any) -> str:
+    return type(plugin).__name__
+
+
+def _scale(value: float | None, factor: float, floor: float | None = None) -> float | None:
+    if value is None:
+        return None
+    scaled = value * factor
+    return max(scaled, floor) if floor is not None else scaled
+
+
+def rehearsal_plugins(plugins: list[Any]) -> tuple[list[Any], list[str], list[str]]:
+    """The plugins as the rehearsal runs them, what was scaled, and what cannot be exercised locally."""
+    out: list[Any] = []
+    scaled: list[str] = []
+    missing: list[str] = []
+    for plugin in plugins:
+        name = _name(plugin)
+        if name == "FaultTolerancePlugin":
+            plugin, notes = _scale_ft(plugin)
+            scaled += notes
+            if plugin.num_job_retries_on_failure:
+                missing.append(
+                    f"FaultTolerancePlugin.num_job_retries_on_failure={plugin.num_job_retries_on_failure}: "
+                    "job retries are Slurm requeues; a LocalExecutor job is not requeued"
+                )
+            missing.append(
+                "FaultTolerancePlugin on Slurm: the sbatch requeue guard and the config file written by the sbatch "
+                "script are Slurm-only (test them with tests/slurm on a local Slurm)"
+            )
+            if plugin.calc_ft_timeouts:
+                missing.append(
+                    "FaultTolerancePlugin.calc_ft_timeouts=True: Megatron Bridge computes timeouts from the toy's "
+                    "step and save times here (ft_state.json in the rehearsal's save directory), not your cluster's"
+                )
+        elif name == "InProcessRestartPlugin":
+            plugin, notes = _scale_inprocess(plugin)
+            scaled += notes
+        elif name == "PreemptionPlugin":
+            missing.append(
+                f"PreemptionPlugin.preempt_time={plugin.preempt_time}: Slurm's --signal=B:TERM@{plugin.preempt_time} "
+                "needs a Slurm time limit; the rehearsal's 'sigterm' fault sends the signal to a rank directly"
+            )
+        elif name == "StragglerDetectionPlugin":
+            if plugin.report_time_interval > STEPS * STEP_TIME_S:
+                missing.append(
+                    f"StragglerDetectionPlugin.report_time_interval={plugin.report_time_interval:g} s: longer than a "
+                    f"rehearsal run's training ({STEPS * STEP_TIME_S:g} s), so no straggler report is produced here"
+                )
+        out.append(plugin)
+    return out, scaled, missing
+
+
+def _scale_ft(plugin: Any) -> tuple[Any, list[str]]:
+    notes: list[str] = []
+    changes: dict[str, Any] = {}
+    if plugin.simulate_fault:
+        changes["simulate_fault"] = False
+        notes.append("FaultTolerancePlugin.simulate_fault: True -> False (the rehearsal injects its own faults)")
+    if plugin.workload_style == "sections":
+        step = plugin.section_timeouts.get("step")
+        factor = min(1.0, TARGET_STEP_TIMEOUT_S / step) if step else min(1.0, TARGET_STEP_TIMEOUT_S / 180.0)
+        sections = {}
+        for section, value in plugin.section_timeouts.items():
+            sections[section] = _scale(value, factor, FLOORS_S.get(section))
+        oos = _scale(plugin.out_of_section_timeout, factor, FLOORS_S["out_of_section"])
+        changes |= {"section_timeouts": sections, "out_of_section_timeout": oos}
+        if factor < 1:
+            notes.append(
+                f"FT section timeouts x{factor:.3g} (step timeout -> {TARGET_STEP_TIMEOUT_S:g} s, ratios kept; "
+                f"floors {FLOORS_S['setup']:g} s setup, {FLOORS_S['checkpointing']:g} s checkpointing, "
+                f"{FLOORS_S['out_of_section']:g} s out-of-section for local start-up): "
+                f"{_fmt(plugin.section_timeouts)} -> {_fmt(sections)}; out-of-section "
+                f"{_num(plugin.out_of_section_timeout)} -> {_num(oos)}"
+            )
+    else:
+        hb = plugin.rank_heartbeat_timeout or plugin.initial_rank_heartbeat_timeout
+        factor = min(1.0, TARGET_STEP_TIMEOUT_S / hb) if hb else 1.0
+        initial = _scale(plugin.initial_rank_heartbeat_timeout, factor)
+        subsequent = _scale(plugin.rank_heartbeat_timeout, factor)
+        changes |= {"initial_rank_heartbeat_timeout": initial, "rank_heartbeat_timeout": subsequent}
+        if factor < 1:
+            notes.append(
+                f"FT heartbeat timeouts x{factor:.3g}: initial {_num(plugin.initial_rank_heartbeat_timeout)} -> "
+                f"{_num(initial)}, subsequent {_num(plugin.rank_heartbeat_timeout)} -> {_num(subsequent)}"
+            )
+    interval = max(min(plugin.workload_check_interval, plugin.workload_check_interval * factor), 0.0)
+    interval = max(interval, min(FLOORS_S["check_interval"], plugin.workload_check_interval))
+    if interval != plugin.workload_check_interval:
+        changes["workload_check_interval"] = interval
+        notes.append(f"FT workload_check_interval {plugin.workload_check_interval:g} -> {interval:g} s")
+    return dataclasses.replace(plugin, **changes), notes
+
+
+def _scale_inprocess(plugin: Any) -> tuple[Any, list[str]]:
+    """Uniform scaling keeps NVRx's ordering rules; the monitor intervals (1 s) stay as they are."""
+    target = 10.0
+    if not plugin.enabled or plugin.soft_timeout <= target:
+        return plugin, []
+    factor = target / plugin.soft_timeout
+    names = ("soft_timeout", "hard_timeout", "heartbeat_interval", "heartbeat_timeout", "barrier_timeout")
+    names += ("completion_timeout",)
+    changes = {n: getattr(plugin, n) * factor for n in names}
+    try:
+        scaled = dataclasses.replace(plugin, **changes)
+    except ResiliencyConfigError as err:
+        return plugin, [f"InProcessRestartPlugin timeouts not scaled ({err}); a hang takes its soft_timeout to see"]
+    before = ", ".join(f"{n}={getattr(plugin, n):g}" for n in names)
+    after = ", ".join(f"{n}={changes[n]:g}" for n in names)
+    return scaled, [f"InProcessRestartPlugin timeouts x{factor:.3g}: {before} -> {after}"]
+
+
+def _num(value: float | None) -> str:
+    return "none" if value is None else f"{value:g}"
+
+
+def _fmt(sections: dict[str, float | None]) -> str:
+    return "{" + ", ".join(f"{k}: {_num(v)}" for k, v in sections.items()) + "}"
+
+
+# ------------------------------------------------------------------------------------------------ log watch
+# (pattern, event label). The label is what the report and the timeline show.
+_EVENT_PATTERNS = [
+    (re.compile(r"FAULT_INJECTED kind=(\w+)"), "fault injected"),
+    (re.compile(r"Section '(\w+)' has been open for ([0-9.]+) seconds"), "section timeout"),
+    (re.compile(r"Was out of section for ([0-9.]+) seconds"), "out-of-section timeout"),
+    (re.compile(r"Did not get (initial|subsequent) heartbeat"), "heartbeat timeout"),
+    (re.compile(r"Worker group (FAILED|UNHEALTHY)"), "worker group failed"),
+    (re.compile(r"will restart worker group"), "restart"),
+    (re.compile(r"INPROCESS iteration=([1-9]\d*)"), "in-process restart"),
+    (re.compile(r"EXIT on signal step=(\d+)"), "exit on signal"),
+    (re.compile(r"RESUMED from step (\d+)"), "resumed"),
+    (re.compile(r"STARTING from scratch"), "training started"),
+    (re.compile(r"\[rank\d+\]: (\w+(?:Error|Exception|Interrupt)\b.*)$"), "rank error"),
+    (re.compile(r"FINISHED step=(\d+)"), "finished"),
+]
+_DETECTIONS = ("section timeout", "out-of-section timeout", "heartbeat timeout", "worker group failed",
+               "in-process restart", "exit on signal")  # fmt: skip
+
+
+_HEALTHY_JOB_KILLERS = frozenset(
+    {"section timeout", "out-of-section timeout", "heartbeat timeout", "worker group failed"}
+)
+
+
+class _Watch(threading.Thread):
+    """Tails the job's combined.log files while it runs: when each event was first seen, and a deadline.
+
+    The deadline stops a run whose fault nobody detects (a hang with no step timeout would run forever), by
+    killing the processes this rehearsal started (the launcher and its ranks are children of this process).
+    """
+
+    def __init__(
+        self, root: str, started: float, deadline_after_fault: float | None, stop_on: frozenset[str] = frozenset()
+    ) -> None:
+        super().__init__(daemon=True)
+        self.root, self.started, self.deadline, self.stop_on = root, started, deadline_after_fault, stop_on
+        self.events: list[tuple[float, str, re.Match]] = []
+        self.stopped = False
+        self._done = threading.Event()
+        self._offsets: dict[str, int] = {}
+        self._partial: dict[str, str] = {}
+
+    def finish(self) -> None:
+        self._done.set()
+        self.join(timeout=5)
+        self._scan()  # whatever was written after the last poll
+
+    def first(self, label: str, after: float = -1.0) -> tuple[float, re.Match] | None:
+        return next(((t, m) for t, lab, m in self.events if lab == label and t >= after), None)
+
+    def run(self) -> None:
+        while not self._done.wait(POLL_S):
+            self._scan()
+            now = time.monotonic() - self.started
+            fault = self.first("fault injected")
+            detected = fault and any(self.first(lab, fault[0]) for lab in _DETECTIONS)
+            late = fault and not detected and self.deadline is not None and now - fault[0] > self.deadline
+            doomed = any(lab in self.stop_on for _, lab, _ in self.events)
+            if (late or doomed or now > RUN_CAP_S) and not self.stopped:
+                self.stopped = True
+                _kill_children()
+
+    def _scan(self) -> None:
+        for path in glob.glob(os.path.join(self.root, "**", "combined.log"), recursive=True):
+            try:
+                with open(path, errors="replace") as handle:
+                    handle.seek(self._offsets.get(path, 0))
+                    chunk = handle.read()
+                    self._offsets[path] = handle.tell()
+            except OSError:
+                continue
+            now = time.monotonic() - self.started
+            text = self._partial.get(path, "") + chunk
+            lines = text.split("\n")
+            self._partial[path] = lines.pop()
+            for line in lines:
+                for pattern, label in _EVENT_PATTERNS:
+                    match = pattern.search(line)
+                    if match:
+                        self.events.append((now, label, match))
+
+
+def _kill_children() -> None:
+    import psutil
+
+    for child in psutil.Process().children(recursive=True):
+        try:
+            child.kill()
+        except psutil.Error:
+            pass
+
+
+def _run(
+    name: str,
+    workdir: Path,
+    plugins: list[Any],
+    ranks: int,
+    env: dict[str, str],
+    deadline: float | None,
+    save_name: str | None = None,
+    stop_on: frozenset[str] = frozenset(),
+):
+    from nemo_resiliency_plugins.testing.local_run import run_local, workload_task
+
+    save = workdir / (save_name or name)
+    save.mkdir(parents=True, exist_ok=True)
+    task = workload_task(
+        [f"train.train_iters={STEPS}", f"checkpoint.save={save}", f"checkpoint.save_interval={SAVE_INTERVAL}"],
+        env={"NRP_STEP_TIME": str(STEP_TIME_S), **env},
+    )
+    base = str(workdir / "nemo_run")
+    started = time.monotonic()
+    watch = _Watch(os.path.join(base, "experiments", name), started, deadline, stop_on)
+    watch.start()
+    try:
+        result = run_local(task, plugins, name=name, ntasks=ranks, base_dir=base)
+    finally:
+        watch.finish()
+    outcome = RunOutcome(
+        name=name,
+        state=result.state,
+        wall_s=round(result.wall_s, 2),
+        job_dir=result.job_dir,
+        save_dir=str(save),
+        events=[(round(t, 2), lab) for t, lab, _ in watch.events],
+        stopped_by_rehearsal=watch.stopped,
+        log_tail=result.log[-3000:],
+    )
+    return outcome, watch, result
+
+
+# ------------------------------------------------------------------------------------------------ rehearse
+def rehearse(
+    plugins: PluginsLike,
+    *,
+    faults: Sequence[str] = DEFAULT_FAULTS,
+    ranks: int = 2,
+    workdir: str | os.PathLike | None = None,
+    step_time_s: float | None = None,
+    save_time_s: float | None = None,
+    baseline_from: RehearsalReport | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> RehearsalReport:
+    """Rehearse ``plugins`` on this machine: a fault-free baseline, then each of ``faults``.
+
+    ``step_time_s`` / ``save_time_s``: your cluster's step and checkpoint-save times, for the timeout chain (the
+    rehearsal's own toy times are used otherwise, which only catches gross mistakes). ``baseline_from``: reuse
+    the fault-free run of an earlier report made with the same ``ranks`` (it saves a run; the healthy-baseline
+    check of *these* settings is then not made). ``progress`` receives a line as each run starts.
+    """
+    say = progress or (lambda _line: None)
+    started = time.monotonic()
+    unknown = [f for f in faults if f not in FAULTS]
+    if unknown:
+        raise ResiliencyConfigError("rehearse", "faults", list(faults), "a subset of " + ", ".join(FAULTS))
+    if not isinstance(ranks, int) or isinstance(ranks, bool) or ranks < 2:
+        raise ResiliencyConfigError("rehearse", "ranks", ranks, "an integer >= 2 (a fault needs a surviving rank)")
+    resolved, refusal = _resolve(plugins)
+    if resolved is None:
+        return RehearsalReport(False, [refusal], [], ranks, [], [], [], None, [], 0.0, str(workdir or ""))
+    work = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="nrp-rehearse-"))
+    work.mkdir(parents=True, exist_ok=True)
+    names = [_name(p) for p in resolved]
+    reasons: list[str] = []
+    try:
+        local, scaled, not_exercised = rehearsal_plugins(resolved)
+    except ResiliencyConfigError as err:
+        return RehearsalReport(False, [f"settings refused: {err}"], names, ranks, [], [], [], None, [], 0.0, str(work))
+    reasons += _static_findings(local)
+
+    if baseline_from is not None and baseline_from.baseline is not None and baseline_from.ranks == ranks:
+        baseline = baseline_from.baseline
+        scaled.append(f"baseline reused from {baseline.save_dir} (not re-run with these settings)")
+    else:
+        say("rehearse: fault-free baseline")
+        # A healthy job that a timeout fires on is already the finding: stop it rather than sit out its restarts.
+        baseline, watch, _ = _run("rehearse-baseline", work, local, ranks, {}, None, stop_on=_HEALTHY_JOB_KILLERS)
+        reasons += _baseline_problems(baseline, watch)
+    baseline_ok = baseline.state == "SUCCEEDED" and Path(baseline.save_dir, "final_params.pt").exists()
+
+    measured_step = _measured_step_time(baseline)
+    results: list[FaultResult] = []
+    for fault in faults:
+        if not baseline_ok:
+            results.append(_not_run(fault, "not run: the fault-free baseline did not succeed"))
+            continue
+        say(f"rehearse: fault {fault!r} on rank {ranks - 1} at step {FAULT_STEP}")
+        results.append(_rehearse_fault(fault, work, local, ranks, baseline))
+    for r in results:
+        reasons += [f"{r.fault}: {why}" for why in r.reasons]
+
+    from nemo_resiliency_plugins.timeout_chain import timeout_chain
+
+    step_for_chain = step_time_s if step_time_s is not None else measured_step
+    chain = timeout_chain(resolved, None, step_time_s=step_for_chain, save_time_s=save_time_s)
+    chain_rows = [dataclasses.asdict(link) | {"verdict": link.verdict} for link in chain]
+    reasons += [f"timeout chain FAIL: {link.name} ({link.detail})" for link in chain if link.ok is False]
+    return RehearsalReport(
+        ok=not reasons,
+        reasons=reasons,
+        plugins=names,
+        ranks=ranks,
+        scaled=scaled,
+        not_exercised=not_exercised,
+        chain=chain_rows,
+        baseline=baseline,
+        faults=results,
+        wall_s=round(time.monotonic() - started, 1),
+        workdir=str(work),
+        step_time_s=step_for_chain,
+        save_time_s=save_time_s,
+        step_time_measured=step_time_s is None and measured_step is not None,
+    )
+
+
+def _static_findings(plugins: list[Any]) -> list[str]:
+    """Problems visible without running: the reference workload, like Megatron Bridge, reports sections."""
+    ft = next((p for p in plugins if _name(p) == "FaultTolerancePlugin"), None)
+    out = []
+    if ft is not None and ft.workload_style == "heartbeats" and ft.initial_rank_heartbeat_timeout is not None:
+        out.append(
+            "FaultTolerancePlugin.workload_style='heartbeats': Megatron Bridge's training loop sends no heartbeats, "
+            "so every attempt is killed once initial_rank_heartbeat_timeout passes, healthy or not"
+        )
+    if ft is not None and ft.workload_style == "heartbeats" and ft.calc_ft_timeouts and ft.enable_ft_package:
+        out.append(
+            "FaultTolerancePlugin: calc_ft_timeouts=True with workload_style='heartbeats': Megatron Bridge computes "
+            "section timeouts, and NVRx raises KeyError for sections the launcher did not declare (none here)"
+        )
+    return out
+
+
+def _baseline_problems(run: RunOutcome, watch: _Watch) -> list[str]:
+    out = []
+    kinds = {lab for _, lab, _ in watch.events}
+    killers = [k for k in ("heartbeat timeout", "section timeout", "out-of-section timeout") if k in kinds]
+    errors = sorted({m.group(1).strip() for _, lab, m in watch.events if lab == "rank error"})
+    if errors:
+        killers.append("rank error: " + "; ".join(errors))
+    if run.state != "SUCCEEDED":
+        why = f" by a {', '.join(killers)}" if killers else ""
+        out.append(f"the healthy fault-free baseline was killed{why}: job {run.state}")
+    elif "restart" in kinds or "worker group failed" in kinds:
+        why = f" ({', '.join(killers)})" if killers else ""
+        out.append(f"the healthy fault-free baseline was restarted{why}")
+    elif "finished" not in kinds:
+        out.append("the fault-free baseline did not reach FINISHED")
+    return out
+
+
+def _measured_step_time(run: RunOutcome) -> float | None:
+    start = next((t for t, lab in run.events if lab == "training started"), None)
+    end = next((t for t, lab in run.events if lab == "finished"), None)
+    if start is None or end is None or end <= start:
+        return None
+    return round((end - start) / STEPS, 3)
+
+
+def _not_run(fault: str, why: str) -> FaultResult:
+    return FaultResult(fault, False, False, False, None, None, None, None, "not run", None, 0.0, [why])
+
+
+def _deadline(fault: str, plugins: list[Any]) -> float:
+    """Seconds after the fault by which something must have detected it."""
+    ft = next((p for p in plugins if _name(p) == "FaultTolerancePlugin"), None)
+    ipr = next((p for p in plugins if _name(p) == "InProcessRestartPlugin" and p.enabled), None)
+    interval = ft.workload_check_interval if ft is not None else 1.0
+    if fault == "hang":
+        bound = TARGET_STEP_TIMEOUT_S
+        if ft is not None and ft.workload_style == "sections" and ft.section_timeouts.get("step"):
+            bound = ft.section_timeouts["step"]
+        if ipr is not None:
+            bound = min(bound, ipr.soft_timeout) if ft is not None else ipr.soft_timeout
+        return bound + 2 * interval + DETECTION_SLACK_S
+    return 2 * interval + DETECTION_SLACK_S
+
+
+def _rehearse_fault(fault: str, work: Path, plugins: list[Any], ranks: int, baseline: RunOutcome) -> FaultResult:
+    deadline = _deadline(fault, plugins)
+    env = {"NRP_FAULT": fault, "NRP_FAULT_STEP": str(FAULT_STEP), "NRP_FAULT_RANK": str(ranks - 1)}
+    run, watch, _ = _run(f"rehearse-{fault}", work, plugins, ranks, env, deadline)
+    if fault == "sigterm" and run.state == "SUCCEEDED" and watch.first("exit on signal") is not None:
+        # The preemption path ends the job with a checkpoint; Slurm would requeue it. Do what the requeue does.
+        second, watch2, _ = _run(
+            f"rehearse-{fault}-requeue", work, plugins, ranks, {}, None, save_name=f"rehearse-{fault}"
+        )
+        offset = run.wall_s
+        run.events += [(round(t + offset, 2), f"requeued: {lab}") for t, lab in second.events]
+        watch.events += [(t + offset, lab, m) for t, lab, m in watch2.events if lab in ("resumed", "finished")]
+        run.state, run.wall_s = second.state, round(run.wall_s + second.wall_s, 2)
+    return _judge(fault, run, watch, deadline, baseline, plugins)
+
+
+def _has_step_timeout(plugins: list[Any]) -> bool:
+    ft = next((p for p in plugins if _name(p) == "FaultTolerancePlugin"), None)
+    return ft is not None and ft.workload_style == "sections" and bool(ft.section_timeouts.get("step"))
+
+
+def _judge(
+    fault: str, run: RunOutcome, watch: _Watch, deadline: float, baseline: RunOutcome, plugins: list[Any]
+) -> FaultResult:
+    reasons: list[str] = []
+    injected = watch.first("fault injected")
+    detected_by = detect_s = recover_s = resumed_from = None
+    if injected is None:
+        reasons.append(f"the fault was never injected (the job ended before step {FAULT_STEP})")
+    else:
+        t0 = injected[0]
+        hits = [(t, lab, m) for t, lab, m in watch.events if lab in _DETECTIONS and t >= t0]
+        if hits:
+            t, label, match = min(hits, key=lambda h: h[0])
+            detect_s = round(t - t0, 2)
+            detected_by = _describe_detection(fault, label, match, hits)
+        resumed = watch.first("resumed", t0)
+        if resumed is not None:
+            recover_s = round(resumed[0] - t0, 2)
+            resumed_from = int(resumed[1].group(1))
+        if not hits:
+            reasons.append(f"not detected within the {deadline:g} s deadline (run stopped by the rehearsal)")
+            if fault == "hang" and not _has_step_timeout(plugins):
+                reasons.append(
+                    "no 'step' section timeout is declared: NVRx never times out an undeclared section, and checks "
+                    "the out-of-section timeout only while no section is open, so a hung step is never detected"
+                )
+        elif detect_s is not None and detect_s > deadline:
+            reasons.append(f"detected by {detected_by} only after {detect_s:g} s (deadline {deadline:g} s)")
+        elif fault == "hang" and not detected_by.startswith(("section timeout 'step'", "in-process")):
+            reasons.append(f"the hang was not caught by a step timeout but by {detected_by}")
+        if resumed is None and run.state == "SUCCEEDED":
+            reasons.append("the job did not resume from a checkpoint")
+    if run.state != "SUCCEEDED":
+        reasons.append(f"job {run.state}" + (" (stopped by the rehearsal)" if run.stopped_by_rehearsal else ""))
+    equal = _params_equal(Path(run.save_dir), Path(baseline.save_dir)) if run.state == "SUCCEEDED" else None
+    if equal is False:
+        reasons.append("final parameters differ from the fault-free run's")
+    return FaultResult(
+        fault=fault,
+        ok=not reasons,
+        injected=injected is not None,
+        detected=detected_by is not None,
+        detected_by=detected_by,
+        detect_s=detect_s,
+        recover_s=recover_s,
+        resumed_from=resumed_from,
+        final_state=run.state,
+        params_equal=equal,
+        deadline_s=deadline,
+        reasons=reasons,
+        run=run,
+    )
+
+
+def _describe_detection(fault: str, label: str, match: re.Match, hits: list) -> str:
+    if label == "section timeout":
+        return f"section timeout '{match.group(1)}' (open {match.group(2)} s)"
+    if label == "out-of-section timeout":
+        return f"out-of-section timeout ({match.group(1)} s)"
+    if label == "heartbeat timeout":
+        return f"{match.group(1)} heartbeat timeout"
+    if label == "in-process restart":
+        return "in-process restart"
+    if label == "exit on signal":
+        return f"signal handler (checkpoint at step {match.group(1)}, exit 0)"
+    if fault == "kill":
+        return "dead rank (launcher saw the process die)"
+    if fault == "raise":
+        return "rank exited with an error (launcher)"
+    return "worker group failure (launcher)"
+
+
+def _params_equal(a: Path, b: Path) -> bool | None:
+    import torch
+
+    fa, fb = a / "final_params.pt", b / "final_params.pt"
+    if not fa.exists() or not fb.exists():
+        return None if not fb.exists() else False
+    x, y = torch.load(fa), torch.load(fb)
+    return x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
+
+
+# ------------------------------------------------------------------------------------------------ timeline
+def write_timeline(report: RehearsalReport, path: str | os.PathLike) -> str | None:
+    """A PNG with one bar per run, coloured by phase (start-up, training, fault -> detection, restart -> resume,
+    training after the resume); None when matplotlib is not installed (it is optional)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib.patches import Patch
+    except ImportError:
+        return None
+    rows = [("baseline", report.baseline, None)] if report.baseline else []
+    rows += [(f.fault, f.run, f) for f in report.faults if f.run is not None]
+    colors = {
+        "start-up (imports)": "lightgray",
+        "training": "tab:blue",
+        "fault -> detected": "tab:red",
+        "detected -> resumed": "tab:orange",
+        "training after resume": "tab:green",
+        "shut-down": "gainsboro",
+    }
+    fig, ax = plt.subplots(figsize=(10, 0.8 * len(rows) + 2.0))
+    for row, (_label, run, fault) in enumerate(rows):
+        marks = _phase_marks(run)
+        edges = [0.0, marks.get("training started"), marks.get("fault injected"), marks.get("detected")]
+        edges += [marks.get("resumed"), marks.get("finished"), run.wall_s]
+        names = list(colors)
+        for i, name in enumerate(names):
+            a, b = edges[i], next((e for e in edges[i + 1 :] if e is not None), None)
+            if a is None or b is None or b <= a:
+                continue
+            ax.broken_barh([(a, b - a)], (row - 0.3, 0.6), color=colors[name])
+        text = run.state
+        if fault is not None:
+            text = f"{fault.detected_by or 'not detected'}; detect {_num(fault.detect_s)} s, "
+            text += f"recover {_num(fault.recover_s)} s; {run.state}"
+        ax.text(run.wall_s + 1, row, text, va="center", fontsize=7)
+    ax.set_yticks(range(len(rows)), [label for label, _, _ in rows])
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds since launch")
+    ax.set_xlim(0, max(run.wall_s for _, run, _ in rows) * 1.6 + 5 if rows else 1)
+    handles = [Patch(color=c, label=n) for n, c in colors.items()]
+    ax.legend(handles=handles, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=len(colors))
+    ax.set_title("nemo-resiliency rehearse: " + ("OK" if report.ok else "FAILED"))
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return str(path)
+
+
+def _phase_marks(run: RunOutcome) -> dict[str, float]:
+    """First time of each phase boundary in a run's events (detection and resume only after the fault)."""
+    marks: dict[str, float] = {}
+    for t, what in run.events:
+        what = what.removeprefix("requeued: ")
+        if what == "training started" or what == "fault injected":
+            marks.setdefault(what, t)
+        elif what in _DETECTIONS and "fault injected" in marks:
+            marks.setdefault("detected", t)
+        elif what == "resumed" and "fault injected" in marks:
+            marks.setdefault("resumed", t)
+        elif what == "finished":
+            marks["finished"] = t
+    return marks
+
+
+__all__ = ["DEFAULT_FAULTS", "FAULTS", "FaultResult", "RehearsalReport", "RunOutcome", "rehearse", "write_timeline"]
