@@ -264,7 +264,9 @@ _SET_OPTION = typer.Option(None, "--set", help="Override a recipe field: Plugin.
 
 @app.command()
 def rehearse(
-    name: str = typer.Argument(..., help="A recipe name (nemo-resiliency list)."),
+    name: str = typer.Argument(
+        ..., help="A recipe name (nemo-resiliency list), or an experiment directory NeMo-Run saved (its plugins)."
+    ),
     faults: str = typer.Option("kill,hang", "--faults", help="Comma-separated: kill, hang, raise, sigterm."),
     ranks: int = typer.Option(2, "--ranks"),
     sets: list[str] = _SET_OPTION,
@@ -275,16 +277,16 @@ def rehearse(
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Prove a recipe on this machine: inject each fault into a short local run; exit 1 if any is not survived."""
-    recipe = _recipe(name)
     from nemo_resiliency_plugins.errors import ResiliencyConfigError
     from nemo_resiliency_plugins.rehearse import rehearse as do_rehearse
     from nemo_resiliency_plugins.rehearse import write_timeline
 
     overrides = _parse_sets(sets or [])
+    build = plugins_for(name, overrides)
     try:
         with _quiet():
             report = do_rehearse(
-                lambda: recipe.build(**overrides),
+                build,
                 faults=tuple(f.strip() for f in faults.split(",") if f.strip()),
                 ranks=ranks,
                 workdir=workdir,
@@ -368,6 +370,30 @@ def _chain_times(report: Any) -> str:
         step += " (the rehearsal's toy step; pass --step-time)"
     save = "unknown (pass --save-time)" if report.save_time_s is None else f"{report.save_time_s:g} s"
     return f"{step} / {save}"
+
+
+def plugins_for(target: str, overrides: dict[str, dict[str, Any]] | None = None):
+    """A function building the plugins to rehearse: a recipe's, or those a saved NeMo-Run experiment attached.
+
+    An experiment directory (``$NEMORUN_HOME/experiments/<title>/<id>``, written by ``exp.run()`` or
+    ``exp.dryrun(delete_exp_dir=False)``) keeps the plugin instances of every job: the user's own settings,
+    exactly as their experiment script attached them.
+    """
+    if os.path.isdir(target):
+        if overrides:
+            console.print("[red]--set applies to recipes; edit the experiment's plugins instead[/red]")
+            raise typer.Exit(2)
+        from nemo_resiliency_plugins.doctor import jobs_from_experiment_dir
+
+        with _quiet():
+            jobs = jobs_from_experiment_dir(target)
+        plugins = next((p for _, _, p in jobs if p), None)
+        if not plugins:
+            console.print(f"[red]no job in {target} has plugins attached[/red]")
+            raise typer.Exit(2)
+        return lambda: list(plugins)
+    recipe = _recipe(target)
+    return lambda: recipe.build(**(overrides or {}))
 
 
 def main() -> None:
