@@ -3,6 +3,8 @@ the command torchx would launch)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import nemo_run as run
 from nemo_run.run.torchx_backend.packaging import package
 
@@ -19,3 +21,28 @@ def launch_command(job) -> tuple[str, list[str], dict[str, str]]:
     app = package(job.id, job.task, job.executor, serialize_to_file=False)
     role = app.roles[0]
     return role.entrypoint, list(role.args), dict(role.env)
+
+
+def workload_script(save_dir: Path, fault: str | None, *, step_time: str, fault_step: int, fault_rank: int = 1):
+    """The reference workload as a run.Script saving into ``save_dir``, with an optional injected fault."""
+    from nemo_resiliency_plugins.testing.local_run import workload_task
+
+    env = {"NRP_STEP_TIME": step_time}
+    if fault:
+        env |= {"NRP_FAULT": fault, "NRP_FAULT_STEP": str(fault_step), "NRP_FAULT_RANK": str(fault_rank)}
+    return workload_task([f"checkpoint.save={save_dir}"], env=env)
+
+
+def final_params(save_dir: Path) -> dict:
+    import torch
+
+    return torch.load(Path(save_dir) / "final_params.pt")
+
+
+def assert_same_params(a: dict, b: dict) -> None:
+    """Bit-identical parameters: nothing was lost to the fault."""
+    import torch
+
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key

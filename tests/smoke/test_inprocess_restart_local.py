@@ -21,11 +21,11 @@ import re
 from pathlib import Path
 
 import pytest
-import torch
 
 from nemo_resiliency_plugins import FaultTolerancePlugin
 from nemo_resiliency_plugins.inprocess_restart import InProcessRestartPlugin
-from nemo_resiliency_plugins.testing.local_run import run_local, workload_task
+from nemo_resiliency_plugins.testing.local_run import run_local
+from tests.helpers import assert_same_params, final_params, workload_script
 
 STEPS = 20  # the reference config's train.train_iters; checkpoint every 5 steps
 FAULT_STEP = 13  # resume from step 10
@@ -60,20 +60,7 @@ def ft_plugin() -> FaultTolerancePlugin:
 
 
 def task(save_dir: Path, fault: str | None = None):
-    env = {"NRP_STEP_TIME": STEP_TIME}
-    if fault:
-        env |= {"NRP_FAULT": fault, "NRP_FAULT_STEP": str(FAULT_STEP), "NRP_FAULT_RANK": "1"}
-    return workload_task([f"checkpoint.save={save_dir}"], env=env)
-
-
-def final_params(save_dir: Path) -> dict:
-    return torch.load(save_dir / "final_params.pt")
-
-
-def assert_same_params(a: dict, b: dict) -> None:
-    assert a.keys() == b.keys()
-    for key in a:
-        assert torch.equal(a[key], b[key]), key
+    return workload_script(save_dir, fault, step_time=STEP_TIME, fault_step=FAULT_STEP)
 
 
 def inprocess_entries(result) -> dict[int, list[tuple[int, int, float]]]:
