@@ -104,7 +104,6 @@ RECIPES: dict[str, Recipe] = {
                 "PreemptionPlugin": {"preempt_time": 60},
                 "StragglerDetectionPlugin": {"gpu_relative_perf_threshold": 0.7, "report_time_interval": 300.0},
             },
-            example="slurm_pretraining.py",
         ),
         Recipe(
             name="kubernetes",
