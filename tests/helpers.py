@@ -46,3 +46,25 @@ def assert_same_params(a: dict, b: dict) -> None:
     assert a.keys() == b.keys()
     for key in a:
         assert torch.equal(a[key], b[key]), key
+
+
+TRAIN = "/tmp/nrp-train.py"
+
+
+def local(**kw):
+    """A 2-rank LocalExecutor, as the unit tests use it."""
+    return run.LocalExecutor(ntasks_per_node=2, **kw)
+
+
+def slurm(tmp_path, **kw):
+    """A 2-rank SlurmExecutor with a LocalTunnel under ``tmp_path`` (dry runs only)."""
+    return run.SlurmExecutor(
+        account="acct",
+        partition="debug",
+        nodes=1,
+        ntasks_per_node=2,
+        time="00:30:00",
+        tunnel=run.LocalTunnel(job_dir=str(tmp_path / "slurm-jobs")),
+        packager=run.Packager(),
+        **kw,
+    )

@@ -7,30 +7,11 @@ import pytest
 from nemo_run.core.execution.launcher import FaultTolerance
 
 from nemo_resiliency_plugins import FaultTolerancePlugin, ResiliencyConfigError
-from tests.helpers import add_job, launch_command
-
-TRAIN = "/tmp/nrp-train.py"
+from tests.helpers import TRAIN, add_job, launch_command, local, slurm
 
 
 def script(*args):
     return run.Script(path=TRAIN, entrypoint="python", args=list(args))
-
-
-def local(**kw):
-    return run.LocalExecutor(ntasks_per_node=2, **kw)
-
-
-def slurm(tmp_path, **kw):
-    return run.SlurmExecutor(
-        account="acct",
-        partition="debug",
-        nodes=1,
-        ntasks_per_node=2,
-        time="00:30:00",
-        tunnel=run.LocalTunnel(job_dir=str(tmp_path / "slurm-jobs")),
-        packager=run.Packager(),
-        **kw,
-    )
 
 
 # ------------------------------------------------------------------------------------------- validation

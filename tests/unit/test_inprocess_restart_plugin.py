@@ -11,31 +11,13 @@ from nemo_run.core.execution.launcher import FaultTolerance
 
 from nemo_resiliency_plugins import FaultTolerancePlugin, ResiliencyConfigError
 from nemo_resiliency_plugins.inprocess_restart import InProcessRestartPlugin
-from tests.helpers import add_job, launch_command
+from tests.helpers import TRAIN, add_job, launch_command, local, slurm
 
-TRAIN = "/tmp/nrp-train.py"
 IPR_TARGET = "++inprocess_restart._target_=megatron.bridge.training.config.InProcessRestartConfig"
 
 
 def script(*args, env=None):
     return run.Script(path=TRAIN, entrypoint="python", args=list(args), env=dict(env or {}))
-
-
-def local(**kw):
-    return run.LocalExecutor(ntasks_per_node=2, **kw)
-
-
-def slurm(tmp_path, **kw):
-    return run.SlurmExecutor(
-        account="acct",
-        partition="debug",
-        nodes=1,
-        ntasks_per_node=2,
-        time="00:30:00",
-        tunnel=run.LocalTunnel(job_dir=str(tmp_path / "slurm-jobs")),
-        packager=run.Packager(),
-        **kw,
-    )
 
 
 def partial_task():
