@@ -160,7 +160,7 @@ class FaultTolerancePlugin(run.Plugin):
     def setup(self, task: run.Partial | run.Script, executor: run.Executor) -> None:
         name = type(self).__name__
         executor_config.check_script_entrypoint(task, plugin=name)
-        changes = task_config.set_config_fields(
+        task_config.set_config_fields(
             task,
             "ft",
             {
@@ -221,8 +221,6 @@ class FaultTolerancePlugin(run.Plugin):
                 "or put its bin directory on PATH (executor.env_vars['PATH'])"
             ),
         )
-        for change in changes:
-            logger.info("%s: %s", name, change.description)
         logger.info("%s: ft_launcher config at %s:\n%s", name, path, content)
 
     def script_args(self) -> FaultTolerancePluginScriptArgs:

@@ -194,15 +194,13 @@ class InProcessRestartPlugin(run.Plugin):
     def setup(self, task: run.Partial | run.Script, executor: run.Executor) -> None:
         name = type(self).__name__
         if not self.enabled:
-            changes = task_config.set_config_fields(task, "inprocess_restart", {"enabled": False}, plugin=name)
-            for change in changes:
-                logger.info("%s: %s", name, change.description)
+            task_config.set_config_fields(task, "inprocess_restart", {"enabled": False}, plugin=name)
             return
         self._refuse_unsupported(task, executor, name)
         self._check_world_size(executor, name)
         self._check_monitor_logdir(task, executor, name)
-        changes = task_config.set_config_fields(task, "inprocess_restart", self.config_values(), plugin=name)
-        changes += self._apply_watchdog_rule(task, name)
+        task_config.set_config_fields(task, "inprocess_restart", self.config_values(), plugin=name)
+        self._apply_watchdog_rule(task, name)
 
         level = executor_config.get_env(task, executor, "TORCH_CPP_LOG_LEVEL")
         if level not in QUIET_CPP_LOG_LEVELS:  # another user value is refused by set_env, naming both
@@ -214,8 +212,6 @@ class InProcessRestartPlugin(run.Plugin):
         if executor_config.default_launcher(executor, "torchrun"):
             logger.info("%s: executor.launcher='torchrun' (none was set)", name)
         executor_config.set_env(task, executor, MARKER_ENV, "1", plugin=name)
-        for change in changes:
-            logger.info("%s: %s", name, change.description)
 
     def config_values(self) -> dict[str, Any]:
         """What goes into ``ConfigContainer.inprocess_restart`` (every ``InProcessRestartConfig`` field)."""

@@ -167,9 +167,8 @@ class PreemptionPlugin(run.Plugin):
                     "handler and NVRx's in-process wrapper both act on the signal (see InProcessRestartPlugin)"
                 ),
             )
-        changes = []
         if self.enable_exit_handler:
-            changes = task_config.set_config_fields(
+            task_config.set_config_fields(
                 task,
                 "train",
                 {
@@ -187,8 +186,6 @@ class PreemptionPlugin(run.Plugin):
             executor_config.forward_batch_signal_to_tasks(executor, self.signal.name.removeprefix("SIG"), plugin=name)
             executor_config.guard_ft_requeue(executor, plugin=name)
         self._warn_if_too_short(task)
-        for change in changes:
-            logger.info("%s: %s", name, change.description)
 
     def script_args(self) -> PreemptionPluginScriptArgs:
         return PreemptionPluginScriptArgs(

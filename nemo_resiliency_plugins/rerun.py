@@ -175,7 +175,7 @@ class RerunStateMachinePlugin(run.Plugin):
     def setup(self, task: run.Partial | run.Script, executor: run.Executor) -> None:
         name = type(self).__name__
         executor_config.check_script_entrypoint(task, plugin=name)
-        changes = task_config.set_config_fields(
+        task_config.set_config_fields(
             task,
             "rerun_state_machine",
             self.config_values(),
@@ -183,8 +183,6 @@ class RerunStateMachinePlugin(run.Plugin):
             script_args=self.script_args(),
             script_args_converter_fn=self.script_args_converter_fn,
         )
-        for change in changes:
-            logger.info("%s: %s", name, change.description)
         if self.rerun_mode == "validate_results":
             logger.info(
                 "%s: a rejected result ends the job with exit code %d (resume on another GPU to disambiguate) or %d "

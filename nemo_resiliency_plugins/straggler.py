@@ -160,7 +160,7 @@ class StragglerDetectionPlugin(run.Plugin):
         executor_config.check_script_entrypoint(task, plugin=name)
         if self.enabled:
             self._refuse_legacy_detector(task, name)
-        changes = task_config.set_config_fields(
+        task_config.set_config_fields(
             task,
             "nvrx_straggler",
             self.config_values(),
@@ -168,8 +168,6 @@ class StragglerDetectionPlugin(run.Plugin):
             script_args=self.script_args(),
             script_args_converter_fn=self.script_args_converter_fn,
         )
-        for change in changes:
-            logger.info("%s: %s", name, change.description)
 
     def _refuse_legacy_detector(self, task: Any, name: str) -> None:
         legacy = task_config.read_config_field(task, "straggler", "log_straggler")

@@ -30,6 +30,7 @@ decides *how* for each task type:
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 import typing
 from collections.abc import Callable, Mapping
@@ -41,6 +42,8 @@ import nemo_run as run
 
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
 from nemo_resiliency_plugins.hydra_overrides import find_overrides, format_value, parse_value, same_value
+
+logger = logging.getLogger(__name__)
 
 _MB_CONFIG = "megatron.bridge.training.config"
 # The characters shlex.quote leaves unquoted.
@@ -94,20 +97,32 @@ def set_config_fields(
     script_args: Any = None,
     script_args_converter_fn: Callable[[Any], list[str]] | None = None,
 ) -> list[Change]:
-    """Make the job's ``ConfigContainer.<section>`` carry ``values``; returns what was changed."""
+    """Make the job's ``ConfigContainer.<section>`` carry ``values``; returns what was changed.
+
+    Every change is logged here (INFO, prefixed with the plugin's name), so an experiment's log says what each
+    plugin did to the task whichever plugin made the change.
+    """
     if section not in SECTIONS:
         raise ResiliencyConfigError(plugin, None, detail=f"unknown Megatron Bridge config section {section!r}")
     if isinstance(task, run.Script):
         if script_args_converter_fn is not None:
-            return _apply_converter(task, plugin, script_args, script_args_converter_fn)
-        return _set_on_script(task, SECTIONS[section], values, plugin)
-    if isinstance(task, fdl.Buildable):
-        return _set_on_buildable(task, SECTIONS[section], values, plugin)
-    raise ResiliencyConfigError(
-        plugin,
-        None,
-        detail=f"cannot configure a task of type {type(task).__name__}; expected run.Script, run.Partial or run.Config",
-    )
+            changes = _apply_converter(task, plugin, script_args, script_args_converter_fn)
+        else:
+            changes = _set_on_script(task, SECTIONS[section], values, plugin)
+    elif isinstance(task, fdl.Buildable):
+        changes = _set_on_buildable(task, SECTIONS[section], values, plugin)
+    else:
+        raise ResiliencyConfigError(
+            plugin,
+            None,
+            detail=(
+                f"cannot configure a task of type {type(task).__name__}; "
+                "expected run.Script, run.Partial or run.Config"
+            ),
+        )
+    for change in changes:
+        logger.info("%s: %s", plugin, change.description)
+    return changes
 
 
 def read_config_field(task: run.Script | fdl.Buildable, section: str, field: str) -> Any:
