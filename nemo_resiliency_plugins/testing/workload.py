@@ -102,6 +102,8 @@ Log lines (stdout, flushed, each prefixed with ``[rank<r>] ``):
     ``EXIT on straggler step=<n>`` (``stop_if_detected``; the process then exits 0)
     ``EXIT rerun_state_machine exit_code=<c> step=<n>`` (the process then exits with that code)
     ``FINISHED step=<n> params_sha256=<hex>`` (rank 0)
+    ``STEP_TIMES n=<k> median_ms=<m> min_ms=<a> max_ms=<b>`` (rank 0, after its loop: iterations without a
+    checkpoint, FT hooks included)
     ``INPROCESS iteration=<i> pid=<pid> time=<unix s>`` (in-process restart: each entry into the loop)
     ``INPROCESS completed pid=<pid> iterations=<n>`` (in-process restart: the wrapper returned)
 
@@ -117,6 +119,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import gc
 import hashlib
 import io
 import json
@@ -132,6 +135,11 @@ from typing import Any
 
 from nemo_resiliency_plugins.testing.te_compat import ensure_megatron_bridge_importable
 
+# Importing Megatron Bridge creates millions of objects (every model bridge it ships); the cyclic garbage
+# collector, run again and again while they appear, adds ~10% to every rank's start-up. It is off during the
+# imports below and on again after them.
+_GC_WAS_ENABLED = gc.isenabled()
+gc.disable()
 ensure_megatron_bridge_importable()
 
 import torch  # noqa: E402
@@ -159,6 +167,9 @@ from megatron.core.rerun_state_machine import (  # noqa: E402
     destroy_rerun_state_machine,
     get_rerun_state_machine,
 )
+
+if _GC_WAS_ENABLED:
+    gc.enable()
 
 __all__ = [
     "FAULT_KINDS",
@@ -487,12 +498,47 @@ def _init_process_group(cfg: ConfigContainer, restart_store: Any = None) -> bool
         return True
     timeout = datetime.timedelta(minutes=cfg.dist.distributed_timeout_minutes)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ:
-        dist.init_process_group(backend, timeout=timeout)
+        attempt_store = _restarted_attempt_store(timeout)
+        if attempt_store is not None:
+            dist.init_process_group(
+                backend,
+                store=attempt_store,
+                rank=int(os.environ["RANK"]),
+                world_size=int(os.environ["WORLD_SIZE"]),
+                timeout=timeout,
+            )
+        else:
+            dist.init_process_group(backend, timeout=timeout)
     else:
         dist.init_process_group(
             backend, init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1, timeout=timeout
         )
     return True
+
+
+def _restarted_attempt_store(timeout: datetime.timedelta) -> Any:
+    """After a torchrun restart: the agent's store, with this attempt's own key prefix; otherwise None.
+
+    LAUNCHER ACCOMMODATION (torchrun >= 2.x with its c10d rendezvous, pytorch/pytorch#167288): a restarted
+    worker group is told to use the agent's store (``TORCHELASTIC_USE_AGENT_STORE=True``) at the same
+    ``MASTER_ADDR:MASTER_PORT`` as the attempt before, and that store still holds the previous attempt's
+    process-group keys. A new rank 0 reads its peer's stale address from them and gloo fails with
+    "connectFullMesh ... Connection refused" (NCCL hangs on a stale unique id) whenever it gets there before
+    the new peer wrote its own - 2 of 3 torchrun restarts in the recovery benchmark. Keys prefixed with the
+    restart count are this attempt's only. ft_launcher's restarts do not need it (measured: none failed); the
+    prefix is harmless there.
+    """
+    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+    if restart == 0 or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        int(os.environ["WORLD_SIZE"]),
+        is_master=False,
+        timeout=timeout,
+    )
+    return dist.PrefixStore(f"nrp/attempt_{restart}", store)
 
 
 def _describe(obj: Any) -> Any:
@@ -884,6 +930,10 @@ def pretrain(config: ConfigContainer) -> None:
     straggler check, straggler manager and FT ``shutdown``.
     """
     torch.set_num_threads(1)  # determinism and no oversubscription on small CPU hosts
+    # Everything imported so far lives as long as the process: frozen, the collector never walks it again, and
+    # the interpreter's exit does not either (measured: 4-5 s -> 0.6 s from the last line to the process's end
+    # with Megatron Bridge imported; the launcher waits for that on every rank at the end of a job).
+    gc.freeze()
     cfg = config
     _log(
         f"START rank={_rank_from_env()} world={os.environ.get('WORLD_SIZE', '1')} "
@@ -933,7 +983,9 @@ def _train_once(cfg: ConfigContainer, state: GlobalState, restart_store: Any = N
         save_interval = cfg.checkpoint.save_interval
         exited_on_signal = False
         loop_start = time.monotonic()
+        step_seconds: list[float] = []  # iterations without a checkpoint, FT hooks included (STEP_TIMES)
         while state.train_state.step < train_iters:
+            iteration_start = time.perf_counter()
             fault_tolerance.on_training_step_start(state)
             _, rerun_exit = train_step(injector)
             fault_tolerance.on_training_step_end(state)
@@ -959,6 +1011,8 @@ def _train_once(cfg: ConfigContainer, state: GlobalState, restart_store: Any = N
                 break
             if trainer.save_dir and save_interval and state.train_state.step % save_interval == 0:
                 trainer.save_checkpoint()
+            if trainer.last_saved_step != state.train_state.step:
+                step_seconds.append(time.perf_counter() - iteration_start)
             # ... and last, NVRx straggler detection (collective: every rank calls it every iteration).
             if _check_nvrx_straggler(state, trainer.rank, time.monotonic() - loop_start):
                 if trainer.save_dir and trainer.last_saved_step != state.train_state.step:
@@ -978,6 +1032,8 @@ def _train_once(cfg: ConfigContainer, state: GlobalState, restart_store: Any = N
                 if trainer.save_dir:
                     _atomic_torch_save(trainer.model.state_dict(), os.path.join(trainer.save_dir, FINAL_PARAMS))
                 _log(f"FINISHED step={state.train_state.step} params_sha256={params_sha256(trainer.model)}")
+        if trainer.rank == 0 and step_seconds:
+            _log(_step_times_line(step_seconds))
         if ft_on:
             fault_tolerance.shutdown(state)
         dist.barrier()
@@ -990,6 +1046,19 @@ def _train_once(cfg: ConfigContainer, state: GlobalState, restart_store: Any = N
         if created_pg and dist.is_initialized():
             dist.destroy_process_group()
         destroy_rerun_state_machine()
+
+
+def _step_times_line(seconds: list[float]) -> str:
+    """``STEP_TIMES n=<iterations> median_ms=<m> min_ms=<a> max_ms=<b>``: this attempt's iterations that saved
+    no checkpoint, each from the FT step-start hook to the end of the iteration (hooks included), so that the
+    cost per step of a mechanism can be compared without process start-up or checkpoint writes."""
+    ordered = sorted(seconds)
+    mid = len(ordered) // 2
+    median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    return (
+        f"STEP_TIMES n={len(ordered)} median_ms={median * 1e3:.3f} "
+        f"min_ms={ordered[0] * 1e3:.3f} max_ms={ordered[-1] * 1e3:.3f}"
+    )
 
 
 def _setup_nvrx_straggler(state: GlobalState, trainer: _Trainer):
