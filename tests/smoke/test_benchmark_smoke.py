@@ -52,6 +52,15 @@ def test_smoke_benchmark_writes_every_row(tmp_path):
     rows = _benchmark_rows()
     missing = [row for row in rows if row not in table_rows]
     assert not missing, f"rows missing from the table: {missing}\n{text}"
+    # Every job of every case recovered (torchrun's restart included: see the workload's
+    # _restarted_attempt_store) and the headline rows carry a figure on both sides.
+    jobs = [line for line in proc.stdout.splitlines() if " rep 1: " in line]
+    assert len(jobs) == 8, proc.stdout[-4000:]
+    assert all(" rep 1: SUCCEEDED " in line for line in jobs), "\n".join(jobs)
+    for rid in ("1c", "2b", "3c", "4a"):
+        cells = next(line for line in text.splitlines() if line.startswith(f"| {rid} |")).split("|")
+        baseline, ours = cells[3].strip(), cells[4].strip()
+        assert baseline[:1].isdigit() and ours[:1].isdigit(), f"row {rid} lacks a figure: {cells}"
     # The same table is printed.
     assert all(f"| {row} |" in proc.stdout for row in rows), proc.stdout[-4000:]
     # One timeline per fault case.
