@@ -1,8 +1,9 @@
 #!/usr/bin/env python
 """Recovery benchmarks: what each resiliency mechanism costs and saves, side by side in one invocation.
 
-Run from the repository root (one command; 24 jobs + host-side figures: the 8-job ``--smoke`` run took 8
-minutes on the 2-core development machine at load 3-5, so allow ~25 minutes for the default there)::
+Run from the repository root (one command; 24 jobs + host-side figures: 18.7 minutes on the quiet 2-core
+development machine, two thirds of it the ranks importing Megatron Bridge at each of 39 starts; ``--smoke``
+runs 8 jobs in about 7)::
 
     .venv/bin/python benchmarks/recovery.py            # 3 repetitions of every case
     .venv/bin/python benchmarks/recovery.py --smoke    # 1 repetition, shorter steps (CI: tests/smoke)
@@ -18,12 +19,15 @@ rank 1 at step 13 so every recovery resumes from step 10) through NeMo-Run's rea
 both. Cases:
 
 1. fault-free: plain ``torchrun`` (no plugin) vs ``ft_launcher`` via ``FaultTolerancePlugin()`` (defaults):
-   wall time, and the time per step from the checkpoint files' modification times (steps 5 -> 20), which
-   leaves out process start-up (dominated by importing Megatron Bridge in each rank);
+   wall time, and the time per step: rank 0's median iteration without a checkpoint, FT hooks included, as
+   the workload times it (``STEP_TIMES``), which leaves out process start-up (dominated by importing Megatron
+   Bridge in each rank); also steps 5 -> 20 by the checkpoint files' modification times;
 2. rank 1 killed (SIGKILL) at step 13: ``torchrun --max-restarts 3`` vs the plugin -> time lost = wall -
    median fault-free wall of the same launcher. NeMo-Run's ``run.Torchrun`` has no restart field (its
    ``max_retries`` is the scheduler's); torchrun reads ``--max-restarts`` from ``PET_MAX_RESTARTS``, which the
-   benchmark puts in the executor's environment (the launcher's config dump in the log shows it arrive);
+   benchmark puts in the executor's environment (the launcher's config dump in the log shows it arrive).
+   torchrun's restarted ranks need the workload's per-attempt store prefix (pytorch/pytorch#167288: without
+   it a restart failed in gloo set-up in 2 of 3 runs);
 3. rank 1 hung in step 13: detection latency as NVRx reports it ("Section 'step' has been open for X
    seconds") with explicit section timeouts, and with the timeouts Megatron Bridge computed on a fault-free
    run (``ft_state.json``, copied from case 1) loaded on the second run; Megatron Bridge's default timeouts
