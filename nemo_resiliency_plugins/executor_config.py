@@ -300,7 +300,9 @@ def slurm_time_limit_seconds(value: Any) -> int | None:
 
 _REQUEUE_GUARD_MARK = "# nemo-resiliency-plugins: requeue guard"
 
-_REQUEUE_GUARD = _REQUEUE_GUARD_MARK + r"""
+_REQUEUE_GUARD = (
+    _REQUEUE_GUARD_MARK
+    + r"""
 # NeMo-Run's ft_launcher sbatch template ends with `scontrol requeue` unless a "finished flag" file exists
 # or the failure limit is reached. Megatron Bridge never writes that flag, so a job that SUCCEEDED would be
 # requeued again and again. This function stands in for scontrol in that one call: when the training step
@@ -325,6 +327,7 @@ scontrol() {
   fi
   command scontrol "$@"
 }"""
+)
 
 
 def guard_ft_requeue(executor: Any, *, plugin: str) -> None:
@@ -358,7 +361,9 @@ def guard_ft_requeue(executor: Any, *, plugin: str) -> None:
 
 _FORWARD_MARK = "# nemo-resiliency-plugins: signal forwarding"
 
-_FORWARD = _FORWARD_MARK + r"""
+_FORWARD = (
+    _FORWARD_MARK
+    + r"""
 # Slurm's plain --signal=SIG@N signals EVERY process of the job step. Under ft_launcher that includes NVRx's
 # rank monitors, which close on SIGTERM; Megatron Bridge's checkpoint-save hooks then fail ("RankMonitorClient
 # could not send section update: Broken pipe") and the save-and-exit is lost. With --signal=B:SIG@N only this
@@ -393,6 +398,7 @@ srun() {
     [ "$NRP_SIGNALLED" = 1 ] || return "$nrp_rc"
   done
 }"""
+)
 
 
 def forward_batch_signal_to_tasks(executor: Any, signal_name: str, *, plugin: str) -> None:

@@ -116,8 +116,7 @@ def set_config_fields(
             plugin,
             None,
             detail=(
-                f"cannot configure a task of type {type(task).__name__}; "
-                "expected run.Script, run.Partial or run.Config"
+                f"cannot configure a task of type {type(task).__name__}; expected run.Script, run.Partial or run.Config"
             ),
         )
     for change in changes:
