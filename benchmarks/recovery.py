@@ -1,9 +1,8 @@
 #!/usr/bin/env python
 """Recovery benchmarks: what each resiliency mechanism costs and saves, side by side in one invocation.
 
-Run from the repository root (one command; 24 jobs + host-side figures: 18.7 minutes on the quiet 2-core
-development machine, two thirds of it the ranks importing Megatron Bridge at each of 39 starts; ``--smoke``
-runs 8 jobs in about 7)::
+Run from the repository root (one command; 24 jobs + host-side figures; how long it takes and why:
+``benchmarks/README.md``)::
 
     .venv/bin/python benchmarks/recovery.py            # 3 repetitions of every case
     .venv/bin/python benchmarks/recovery.py --smoke    # 1 repetition, shorter steps (CI: tests/smoke)
