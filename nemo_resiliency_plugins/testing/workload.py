@@ -35,12 +35,13 @@ What runs for real (Megatron Bridge 0.6):
       ``PrefixStore(<iteration>, store)``, as Megatron Bridge's ``_pretrain`` does, and resumes from the last
       checkpoint in the same processes. See "In-process restart" in the code.
 
-CPU accommodations (each marked ``# CPU accommodation:`` in the code):
+CPU accommodations (each marked ``# CPU accommodation:`` in the code, most of them in
+:mod:`~nemo_resiliency_plugins.testing.cpu_accommodations`):
     * ``maybe_setup_simulated_fault`` puts a one-element broadcast tensor on ``torch.cuda.current_device()``;
       on a host without CUDA that call is redirected to the CPU for the duration of the call only.
     * NVRx straggler detection (see ``../shared/research/ft-cpu.md`` section 6): NVRx's CUPTI extension cannot
       load here (it needs a newer libstdc++ and a GPU), so while the manager initialises, NVRx's
-      ``CuptiManager`` is replaced by :class:`_CpuKernelClock`, which reports the CPU time of the step's compute
+      ``CuptiManager`` is replaced by ``CpuKernelClock``, which reports the CPU time of the step's compute
       part (forward, loss, backward and the injected delay; not the gradient all-reduce, as NVRx leaves NCCL
       kernels out) as one "kernel". NVRx's report code and Megatron Bridge's thresholds then apply to it
       unchanged. ``torch.cuda.synchronize`` (NVRx's report), ``torch.cuda.current_device`` (NVRx's interval
@@ -71,23 +72,20 @@ Python (e.g. ``run.Partial(pretrain, config=reference_config_buildable(d))``)::
 
     pretrain(reference_config("/tmp/ck"))
 
-Environment variables (fault injection; all optional):
-    ``NRP_FAULT``       one of kill, hang, raise, sigterm, slow, nan, nan_persistent
+Environment variables (all optional; fault injection in detail: :mod:`~nemo_resiliency_plugins.testing.faults`):
+    ``NRP_FAULT``       one of kill, hang, raise, sigterm, slow, nan, nan_persistent; or a chain of the first four,
+                        ``kind@step`` items separated by commas (``kill@13,hang@17``: one launch, two recoveries)
     ``NRP_FAULT_STEP``  step (number of completed iterations) at which to inject; default 0
     ``NRP_FAULT_RANK``  global rank that injects; default 1
     ``NRP_STEP_TIME``   extra sleep per step in seconds; default 0.05
     ``NRP_SAVE_DIR``    script path only: default for ``checkpoint.save`` (an override still wins)
     ``NRP_IPR_PG_TIMEOUT``  in-process restart only: gloo process-group timeout in seconds; default 10
-    ``NRP_DEVICE``      ``cpu`` (default: gloo) or ``cuda`` (GPU mode: model and batches on GPU ``LOCAL_RANK``,
-                        NCCL process group, the step's extra compute time spent in a GPU kernel)
+    ``NRP_DEVICE``      ``cpu`` (default: gloo) or ``cuda`` (GPU mode, :mod:`~nemo_resiliency_plugins.testing.devices`:
+                        model and batches on GPU ``LOCAL_RANK``, NCCL, the step's extra compute time in a GPU kernel)
 
-kill/hang/raise/sigterm are injected once per save directory: a marker file ``nrp_fault_injected`` in
-``checkpoint.save`` stops a restarted attempt from injecting again (without ``checkpoint.save`` there is no
-marker and every attempt injects). ``slow`` models a persistently slow
-rank: it applies on every step >= NRP_FAULT_STEP of every attempt (its compute part takes 3x as long).
-``nan`` adds NaN to the model output, hence to the loss and the gradients, of step NRP_FAULT_STEP once (a
-transient fault: a re-run of the step is clean); ``nan_persistent`` adds it on every run of that step in the
-attempt that injects it (the re-run reproduces it). Both use the marker, so a restarted attempt is clean.
+kill/hang/raise/sigterm are injected once per save directory (a marker file in ``checkpoint.save``); ``slow``
+applies on every step >= NRP_FAULT_STEP; ``nan`` is transient, ``nan_persistent`` reproducible within the
+attempt that injects it.
 
 Log lines (stdout, flushed, each prefixed with ``[rank<r>] ``):
     ``START rank=<r> world=<w> restart=<TORCHELASTIC_RESTART_COUNT>``
@@ -116,23 +114,21 @@ marker.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import datetime
 import gc
 import hashlib
-import io
 import json
 import logging
 import os
-import re
 import signal
-import socket
 import sys
-import threading
 import time
 from typing import Any
 
+from nemo_resiliency_plugins.testing.faults import FAULT_KINDS, FaultInjector, FaultSpec
+from nemo_resiliency_plugins.testing.process_group import init_process_group
+from nemo_resiliency_plugins.testing.rank_log import log as _log
+from nemo_resiliency_plugins.testing.rank_log import rank_from_env as _rank_from_env
 from nemo_resiliency_plugins.testing.te_compat import ensure_megatron_bridge_importable
 
 # Importing Megatron Bridge creates millions of objects (every model bridge it ships); the cyclic garbage
@@ -144,28 +140,38 @@ ensure_megatron_bridge_importable()
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
-from megatron.bridge.models.gpt_provider import GPTModelProvider  # noqa: E402
 from megatron.bridge.training import fault_tolerance  # noqa: E402
 from megatron.bridge.training import nvrx_straggler as mb_nvrx_straggler  # noqa: E402
-from megatron.bridge.training.config import (  # noqa: E402
-    CheckpointConfig,
-    ConfigContainer,
-    LoggerConfig,
-    MockGPTDatasetConfig,
-    OptimizerConfig,
-    RNGConfig,
-    SchedulerConfig,
-    TrainingConfig,
-    runtime_config_update,
-)
+from megatron.bridge.training.config import ConfigContainer, runtime_config_update  # noqa: E402
 from megatron.bridge.training.initialize import init_rerun_state  # noqa: E402
 from megatron.bridge.training.losses import masked_next_token_loss  # noqa: E402
 from megatron.bridge.training.state import GlobalState  # noqa: E402
-from megatron.bridge.training.tokenizers.config import TokenizerConfig  # noqa: E402
 from megatron.core.rerun_state_machine import (  # noqa: E402
     RerunDataIterator,
     destroy_rerun_state_machine,
     get_rerun_state_machine,
+)
+
+from nemo_resiliency_plugins.testing import cpu_accommodations as cpu  # noqa: E402
+from nemo_resiliency_plugins.testing.checkpoint_files import (  # noqa: E402
+    CKPT_FORMAT,
+    FINAL_PARAMS,
+    TRACKER_FILE,
+    atomic_torch_save,
+    atomic_write_bytes,
+    newest_checkpoint,
+)
+from nemo_resiliency_plugins.testing.devices import (  # noqa: E402
+    backend_for,
+    cuda_device_index,
+    device_from_env,
+    spend_compute_time,
+    torch_device,
+)
+from nemo_resiliency_plugins.testing.reference_config import (  # noqa: E402
+    no_env_vars,
+    reference_config,
+    reference_config_buildable,
 )
 
 if _GC_WAS_ENABLED:
@@ -174,6 +180,9 @@ if _GC_WAS_ENABLED:
 __all__ = [
     "FAULT_KINDS",
     "FaultSpec",
+    "backend_for",
+    "cuda_device_index",
+    "device_from_env",
     "main",
     "no_env_vars",
     "params_sha256",
@@ -182,13 +191,6 @@ __all__ = [
     "reference_config_buildable",
 ]
 
-FAULT_KINDS = ("kill", "hang", "raise", "sigterm", "slow", "nan", "nan_persistent")
-_LOSS_FAULTS = ("nan", "nan_persistent")
-FAULT_MARKER = "nrp_fault_injected"
-TRACKER_FILE = "latest_checkpointed_iteration.txt"
-FINAL_PARAMS = "final_params.pt"
-_CKPT_RE = re.compile(r"^iter_(\d{7,})\.pt$")
-_CKPT_FORMAT = "nrp-reference-workload/1"
 
 # The toy model and data: y = x @ W_true^T + b_true + noise, fitted by one Linear layer.
 _IN_FEATURES = 16
@@ -197,210 +199,8 @@ _ROWS_PER_RANK = 32
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Configuration
-# ----------------------------------------------------------------------------------------------------------
-def _reference_kwargs(save_dir: str | None) -> dict[str, dict[str, Any]]:
-    """Constructor arguments of every sub-config the ConfigContainer constructor requires.
-
-    ``ConfigContainer`` has no defaults for ``train``, ``model``, ``optimizer``, ``scheduler``, ``dataset``,
-    ``logger``, ``tokenizer`` and ``checkpoint``; everything else (``rng``, ``ddp``, ``dist``, ...) has one.
-    The values are the smallest that pass Megatron Bridge's own ``ConfigContainer.validate()`` on CPU for any
-    world size: a 1-layer GPT provider (never instantiated; the workload trains a Linear), a mock dataset
-    (never built), a NullTokenizer, constant LR. ``ft``, ``straggler``, ``nvrx_straggler`` and
-    ``inprocess_restart`` are left at their default ``None``: the plugins set them.
-    """
-    return {
-        "train": dict(train_iters=20, global_batch_size=8, micro_batch_size=1),
-        "model": dict(
-            num_layers=1,
-            hidden_size=16,
-            num_attention_heads=1,
-            vocab_size=32,
-            seq_length=8,
-            make_vocab_size_divisible_by=8,
-        ),
-        # SGD with momentum, so that resume correctness depends on the optimizer state too.
-        "optimizer": dict(
-            optimizer="sgd", lr=0.05, sgd_momentum=0.9, weight_decay=0.0, use_distributed_optimizer=False
-        ),
-        "scheduler": dict(lr_decay_style="constant"),
-        # GPTDatasetConfig.finalize() requires these three to be set explicitly.
-        "dataset": dict(
-            seq_length=8,
-            random_seed=1234,
-            reset_position_ids=False,
-            reset_attention_mask=False,
-            eod_mask_loss=False,
-        ),
-        "logger": dict(log_interval=1),
-        "tokenizer": dict(tokenizer_type="NullTokenizer", vocab_size=32),
-        "checkpoint": dict(save=save_dir, load=None, save_interval=5),
-        "rng": dict(seed=1234),
-    }
-
-
-_CLASSES = {
-    "train": TrainingConfig,
-    "model": GPTModelProvider,
-    "optimizer": OptimizerConfig,
-    "scheduler": SchedulerConfig,
-    "dataset": MockGPTDatasetConfig,
-    "logger": LoggerConfig,
-    "tokenizer": TokenizerConfig,
-    "checkpoint": CheckpointConfig,
-    "rng": RNGConfig,
-}
-
-
-def reference_config(save_dir: str | None = None) -> ConfigContainer:
-    """A tiny, valid Megatron Bridge ``ConfigContainer`` for the reference workload.
-
-    Fields the workload uses: ``train.train_iters``, ``train.exit_signal_handler``/``exit_signal``,
-    ``checkpoint.save``/``load``/``save_interval``, ``optimizer.lr``/``sgd_momentum``/``weight_decay``
-    (``optimizer.optimizer`` "sgd" or "adam" with ``adam_beta1/2``, ``adam_eps``), ``rng.seed``,
-    ``dist.distributed_timeout_minutes``, and ``ft`` (Megatron Bridge's fault-tolerance hooks).
-    """
-    kwargs = _reference_kwargs(save_dir)
-    return ConfigContainer(**{name: _CLASSES[name](**kw) for name, kw in kwargs.items()})
-
-
-def reference_config_buildable(save_dir: str | None = None):
-    """The same configuration as a NeMo-Run ``run.Config(ConfigContainer, ...)`` tree.
-
-    Every sub-config is itself a ``run.Config`` of the real Megatron Bridge class, with only primitive
-    arguments, so the tree survives NeMo-Run's ``ZlibJSONSerializer`` round trip (``Experiment.add``
-    validation) and ``fdl.build`` gives a real ``ConfigContainer``. ``ft``, ``straggler``, ``nvrx_straggler``
-    and ``inprocess_restart`` are not set (``None`` when built), for the plugins to fill in.
-    """
-    import nemo_run as run
-
-    kwargs = _reference_kwargs(save_dir)
-    return run.Config(
-        ConfigContainer,
-        env_vars=run.Config(no_env_vars),
-        **{name: run.Config(_CLASSES[name], **kw) for name, kw in kwargs.items()},
-    )
-
-
-def no_env_vars() -> dict[str, str]:
-    """Builds ``ConfigContainer.env_vars`` in :func:`reference_config_buildable`: always ``{}``.
-
-    Why it exists (the smallest route found; CPU/test accommodation): NeMo-Run's ``fdl_runner`` deserializes
-    the task in a fresh process, and fiddle imports every class the tree names while deserializing - before
-    anything of ours has run. The first ``megatron.bridge`` class it imports would fail without Transformer
-    Engine (see :mod:`~nemo_resiliency_plugins.testing.te_compat`). fiddle deserializes a Config's arguments
-    in signature order, and ``env_vars`` is ``ConfigContainer``'s first field, so this reference to *this*
-    module is resolved first; importing this module installs the accommodation, and the Megatron Bridge
-    classes that follow import normally. Replacing ``env_vars`` with a plain dict removes that guarantee
-    (only on machines without Transformer Engine).
-    """
-    return {}
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Fault injection
-# ----------------------------------------------------------------------------------------------------------
-@dataclasses.dataclass(frozen=True)
-class FaultSpec:
-    """Fault injection settings, from the ``NRP_*`` environment variables."""
-
-    kind: str | None = None
-    step: int = 0
-    rank: int = 1
-    step_time: float = 0.05
-
-    @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> FaultSpec:
-        env = os.environ if env is None else env
-        kind = env.get("NRP_FAULT", "").strip().lower() or None
-        if kind is not None and kind not in FAULT_KINDS:
-            raise ValueError(f"NRP_FAULT={kind!r}: expected one of {', '.join(FAULT_KINDS)}")
-        return cls(
-            kind=kind,
-            step=int(env.get("NRP_FAULT_STEP", "0")),
-            rank=int(env.get("NRP_FAULT_RANK", "1")),
-            step_time=float(env.get("NRP_STEP_TIME", "0.05")),
-        )
-
-
-class _FaultInjector:
-    def __init__(self, spec: FaultSpec, rank: int, world: int, save_dir: str | None) -> None:
-        self.spec = spec
-        self.rank = rank
-        self.active = spec.kind is not None and rank == spec.rank
-        self.marker = os.path.join(save_dir, FAULT_MARKER) if save_dir else None
-        # Whether an earlier attempt in this save dir already injected (nan_persistent looks at this only).
-        self.injected_before = self.marker is not None and os.path.exists(self.marker)
-        self._slow_announced = False
-        self._loss_fault_done = False
-        if spec.kind is not None and not 0 <= spec.rank < world and rank == 0:
-            _log(f"NOTE NRP_FAULT={spec.kind} ignored: NRP_FAULT_RANK={spec.rank} not in world of {world}")
-
-    def compute_delay(self, step: int) -> float:
-        """Extra sleep inside the compute part of this step (the straggler effect)."""
-        if self.active and self.spec.kind == "slow" and step >= self.spec.step:
-            if not self._slow_announced:
-                self._slow_announced = True
-                _log(f"FAULT_INJECTED kind=slow step={step} rank={self.rank}")
-            return 3.0 * self.spec.step_time
-        return self.spec.step_time
-
-    def maybe_inject(self, step: int) -> None:
-        """Called inside the step (between on_training_step_start and on_training_step_end)."""
-        kind = self.spec.kind
-        if not self.active or kind == "slow" or kind in _LOSS_FAULTS or step != self.spec.step:
-            return
-        if self.marker is not None:
-            if os.path.exists(self.marker):
-                return  # already injected by an earlier attempt in this save dir
-            with open(self.marker, "w") as f:
-                f.write(f"kind={kind} step={step} rank={self.rank} pid={os.getpid()} time={time.time()}\n")
-                f.flush()
-                os.fsync(f.fileno())
-        _log(f"FAULT_INJECTED kind={kind} step={step} rank={self.rank}")
-        if kind == "kill":
-            os.kill(os.getpid(), signal.SIGKILL)
-            time.sleep(60)  # never reached in practice
-        elif kind == "hang":
-            threading.Event().wait()
-        elif kind == "raise":
-            raise RuntimeError(f"NRP injected fault at step {step} on rank {self.rank}")
-        elif kind == "sigterm":
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    def loss_fault(self, step: int) -> bool:
-        """Whether to add NaN to this (re-)run's loss (the ``nan`` and ``nan_persistent`` kinds)."""
-        kind = self.spec.kind
-        if not self.active or kind not in _LOSS_FAULTS or step != self.spec.step:
-            return False
-        if kind == "nan" and (self._loss_fault_done or (self.marker is not None and os.path.exists(self.marker))):
-            return False  # transient: injected once, so the re-run of the step is clean
-        self._loss_fault_done = True
-        if kind == "nan_persistent" and self.injected_before:
-            return False  # reproducible within the attempt that injects it, not after a restart
-        if self.marker is not None and not os.path.exists(self.marker):
-            with open(self.marker, "w") as f:
-                f.write(f"kind={kind} step={step} rank={self.rank} pid={os.getpid()} time={time.time()}\n")
-                f.flush()
-                os.fsync(f.fileno())
-        _log(f"FAULT_INJECTED kind={kind} step={step} rank={self.rank}")
-        return True
-
-
-# ----------------------------------------------------------------------------------------------------------
 # Helpers
 # ----------------------------------------------------------------------------------------------------------
-def _rank_from_env() -> int:
-    return int(os.environ.get("RANK", "0"))
-
-
-def _log(msg: str) -> None:
-    rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else _rank_from_env()
-    # One write per line, so lines of concurrently printing ranks do not interleave.
-    sys.stdout.write(f"[rank{rank}] {msg}\n")
-    sys.stdout.flush()
-
-
 def params_sha256(model: torch.nn.Module) -> str:
     """SHA-256 over the parameter names and raw bytes, in state_dict order."""
     h = hashlib.sha256()
@@ -408,137 +208,6 @@ def params_sha256(model: torch.nn.Module) -> str:
         h.update(name.encode())
         h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
     return h.hexdigest()
-
-
-# ----------------------------------------------------------------------------------------------------------
-# GPU mode (NRP_DEVICE=cuda): model and batches on the rank's GPU, NCCL process group
-# ----------------------------------------------------------------------------------------------------------
-DEVICE_ENV = "NRP_DEVICE"
-DEVICES = ("cpu", "cuda")
-
-
-def device_from_env(env: dict[str, str] | None = None) -> str:
-    """``NRP_DEVICE``: ``cpu`` (default: gloo, CPU tensors) or ``cuda`` (NCCL, tensors on the rank's GPU)."""
-    env = os.environ if env is None else env
-    value = env.get(DEVICE_ENV, "").strip().lower() or "cpu"
-    if value not in DEVICES:
-        raise ValueError(f"{DEVICE_ENV}={value!r}: expected one of {', '.join(DEVICES)}")
-    return value
-
-
-def backend_for(device: str) -> str:
-    """The process-group backend for a device: NCCL for ``cuda`` (one GPU per rank), gloo for ``cpu``."""
-    if device not in DEVICES:
-        raise ValueError(f"device {device!r}: expected one of {', '.join(DEVICES)}")
-    return "nccl" if device == "cuda" else "gloo"
-
-
-def cuda_device_index(env: dict[str, str] | None = None) -> int:
-    """The GPU a rank uses in GPU mode: its ``LOCAL_RANK`` (0 when launched plainly)."""
-    env = os.environ if env is None else env
-    return int(env.get("LOCAL_RANK", "0"))
-
-
-def _torch_device() -> torch.device:
-    if device_from_env() == "cuda":
-        return torch.device("cuda", cuda_device_index())
-    return torch.device("cpu")
-
-
-_SPIN_CYCLES_PER_S: list[float] = []
-
-
-def _spend_compute_time(seconds: float) -> None:
-    """The step's extra compute time: a sleep on CPU; in GPU mode a real GPU kernel that runs that long
-    (``torch.cuda._sleep`` spins for a number of GPU clock cycles, calibrated once), so that CUPTI's kernel
-    timings, and with them NVRx's GPU scores, see a slowed step as they would see a slow GEMM."""
-    if seconds <= 0:
-        return
-    if device_from_env() != "cuda":
-        time.sleep(seconds)
-        return
-    if not _SPIN_CYCLES_PER_S:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(1_000_000)  # warm-up
-        start.record()
-        torch.cuda._sleep(20_000_000)
-        end.record()
-        end.synchronize()
-        _SPIN_CYCLES_PER_S.append(20_000_000 / (start.elapsed_time(end) / 1e3))
-    torch.cuda._sleep(int(seconds * _SPIN_CYCLES_PER_S[0]))
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _init_process_group(cfg: ConfigContainer, restart_store: Any = None) -> bool:
-    """gloo process group from torchrun / ft_launcher env; a private 1-rank group when launched plainly."""
-    if dist.is_initialized():
-        return False
-    backend = backend_for(device_from_env())
-    if backend == "nccl":
-        torch.cuda.set_device(cuda_device_index())
-    if restart_store is not None:  # in-process restart: this iteration's store (see _run_with_inprocess_restart)
-        # CPU accommodation: gloo has no working abort (NVRx's AbortTorchDistributed aborts NCCL backends only),
-        # so a rank blocked in a collective when its peer fails is released only by this timeout; it bounds
-        # the in-process recovery time. dist.distributed_timeout_minutes is the NCCL watchdog on GPUs.
-        seconds = float(os.environ.get(IPR_PG_TIMEOUT_ENV, _IPR_PG_TIMEOUT_DEFAULT_S))
-        if backend == "nccl":  # GPU mode: NCCL is aborted by NVRx, no gloo accommodation
-            seconds = cfg.dist.distributed_timeout_minutes * 60.0
-        dist.init_process_group(
-            backend,
-            store=restart_store,
-            rank=int(os.environ["RANK"]),
-            world_size=int(os.environ["WORLD_SIZE"]),
-            timeout=datetime.timedelta(seconds=seconds),
-        )
-        return True
-    timeout = datetime.timedelta(minutes=cfg.dist.distributed_timeout_minutes)
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ:
-        attempt_store = _restarted_attempt_store(timeout)
-        if attempt_store is not None:
-            dist.init_process_group(
-                backend,
-                store=attempt_store,
-                rank=int(os.environ["RANK"]),
-                world_size=int(os.environ["WORLD_SIZE"]),
-                timeout=timeout,
-            )
-        else:
-            dist.init_process_group(backend, timeout=timeout)
-    else:
-        dist.init_process_group(
-            backend, init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1, timeout=timeout
-        )
-    return True
-
-
-def _restarted_attempt_store(timeout: datetime.timedelta) -> Any:
-    """After a torchrun restart: the agent's store, with this attempt's own key prefix; otherwise None.
-
-    LAUNCHER ACCOMMODATION (torchrun >= 2.x with its c10d rendezvous, pytorch/pytorch#167288): a restarted
-    worker group is told to use the agent's store (``TORCHELASTIC_USE_AGENT_STORE=True``) at the same
-    ``MASTER_ADDR:MASTER_PORT`` as the attempt before, and that store still holds the previous attempt's
-    process-group keys. A new rank 0 reads its peer's stale address from them and gloo fails with
-    "connectFullMesh ... Connection refused" (NCCL hangs on a stale unique id) whenever it gets there before
-    the new peer wrote its own - 2 of 3 torchrun restarts in the recovery benchmark. Keys prefixed with the
-    restart count are this attempt's only. ft_launcher's restarts do not need it (measured: none failed); the
-    prefix is harmless there.
-    """
-    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
-    if restart == 0 or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
-        return None
-    store = dist.TCPStore(
-        os.environ["MASTER_ADDR"],
-        int(os.environ["MASTER_PORT"]),
-        int(os.environ["WORLD_SIZE"]),
-        is_master=False,
-        timeout=timeout,
-    )
-    return dist.PrefixStore(f"nrp/attempt_{restart}", store)
 
 
 def _describe(obj: Any) -> Any:
@@ -584,163 +253,6 @@ def _ft_enabled(cfg: ConfigContainer) -> bool:
     return bool(cfg.ft and cfg.ft.enable_ft_package)
 
 
-@contextlib.contextmanager
-def _simulated_fault_device_on_cpu():
-    # CPU accommodation: megatron.bridge.training.fault_tolerance.maybe_setup_simulated_fault creates its
-    # one-element rank broadcast tensor on torch.cuda.current_device(), which raises on a host without
-    # CUDA. With the gloo backend that tensor belongs on the CPU, so for the duration of that one call only
-    # current_device() answers "cpu"; everything else in the function (rank choice, broadcast, fault thread)
-    # is Megatron Bridge's own code.
-    if torch.cuda.is_available():
-        yield
-        return
-    original = torch.cuda.current_device
-    torch.cuda.current_device = lambda: "cpu"  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        torch.cuda.current_device = original  # type: ignore[assignment]
-
-
-@contextlib.contextmanager
-def _cuda_calls_on_cpu():
-    # CPU accommodation (straggler detection and re-run state machine; see the module docstring): NVRx's
-    # Detector.generate_report calls torch.cuda.synchronize(), its ReportIntervalTracker and Megatron Bridge's
-    # stop-flag broadcast put one-element tensors on torch.cuda.current_device(), and Megatron Core's
-    # RerunStateMachine saves/restores torch.cuda's RNG state and names the device in its messages. There is no
-    # CUDA here and the process group is gloo: for the duration of those calls only, current_device() answers
-    # "cpu", synchronize() has nothing to wait for, and the CUDA RNG state is empty. Nothing is patched on a
-    # host with CUDA.
-    if torch.cuda.is_available():
-        yield
-        return
-    names = ("current_device", "synchronize", "get_rng_state", "set_rng_state")
-    saved = {name: getattr(torch.cuda, name) for name in names}
-    torch.cuda.current_device = lambda: "cpu"  # type: ignore[assignment]
-    torch.cuda.synchronize = lambda *a, **k: None  # type: ignore[assignment]
-    torch.cuda.get_rng_state = lambda *a, **k: torch.empty(0, dtype=torch.uint8)  # type: ignore[assignment]
-    torch.cuda.set_rng_state = lambda *a, **k: None  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        for name, fn in saved.items():
-            setattr(torch.cuda, name, fn)
-
-
-def _reduce_any_on_cpu(value):
-    # CPU accommodation: Megatron Core's RerunStateMachine._reduce_any, with the flag tensor on the CPU (gloo)
-    # instead of device='cuda'. Same semantics: True on every rank if any rank has True.
-    if isinstance(value, list):
-        flags = torch.tensor(value, dtype=torch.int32)
-        dist.all_reduce(flags)
-        return tuple(x > 0 for x in flags.tolist())
-    flag = torch.tensor([value], dtype=torch.int32)
-    dist.all_reduce(flag)
-    return flag.item() > 0
-
-
-@dataclasses.dataclass(frozen=True)
-class _KernelStats:
-    """The fields NVRx reads from its CUPTI extension's per-kernel statistics."""
-
-    min: float
-    max: float
-    median: float
-    avg: float
-    stddev: float
-    num_calls: int
-
-
-class _CpuKernelClock:
-    """CPU accommodation: a stand-in for NVRx's ``CuptiManager`` (same methods), used only without CUDA.
-
-    CUPTI records the duration of every CUDA kernel launched while profiling is on (inside the train step that
-    Megatron Bridge's manager wraps). Here the step's compute part is timed instead, by :func:`_cpu_kernel`,
-    and reported as one kernel named ``cpu_compute``; the gradient all-reduce is left out, as NVRx leaves out
-    NCCL kernels (a fast rank waiting for a slow one in a collective is not slow itself). NVRx's
-    ``ReportGenerator`` turns these statistics into the GPU relative/individual scores exactly as it does
-    CUPTI's, and Megatron Bridge compares them with its thresholds.
-    """
-
-    active: _CpuKernelClock | None = None
-
-    def __init__(self, bufferSize=1_000_000, numBuffers=8, statsMaxLenPerKernel=4096):  # noqa: N803 (NVRx's names)
-        self.max_len = statsMaxLenPerKernel
-        self.started_cnt = 0
-        self.is_initialized = False
-        self.times: dict[str, list[float]] = {}
-        _CpuKernelClock.active = self
-
-    def initialize(self):
-        self.is_initialized = True
-
-    def shutdown(self):
-        self.is_initialized = False
-        self.started_cnt = 0
-        if _CpuKernelClock.active is self:
-            _CpuKernelClock.active = None
-
-    def start_profiling(self):
-        self.started_cnt += 1
-
-    def stop_profiling(self):
-        if self.started_cnt == 0:
-            raise RuntimeError("No active profiling run.")
-        self.started_cnt -= 1
-
-    def record(self, name: str, elapsed_ms: float) -> None:
-        if self.started_cnt > 0:
-            times = self.times.setdefault(name, [])
-            times.append(elapsed_ms)
-            del times[: -self.max_len]
-
-    def get_results(self):
-        results = {}
-        for name, times in self.times.items():
-            t = torch.tensor(times, dtype=torch.float64)
-            results[name] = _KernelStats(
-                min=t.min().item(),
-                max=t.max().item(),
-                median=t.median().item(),
-                avg=t.mean().item(),
-                stddev=t.std().item() if len(times) > 1 else float("nan"),
-                num_calls=len(times),
-            )
-        return results
-
-    def reset_results(self):
-        self.times = {}
-
-
-@contextlib.contextmanager
-def _cpu_kernel(name: str = "cpu_compute"):
-    """Times the compute part of a step for :class:`_CpuKernelClock` (a no-op when it is not in use)."""
-    start = time.perf_counter()
-    try:
-        yield
-    finally:
-        clock = _CpuKernelClock.active
-        if clock is not None:
-            clock.record(name, (time.perf_counter() - start) * 1e3)
-
-
-@contextlib.contextmanager
-def _cupti_stand_in():
-    # CPU accommodation: NVRx's Detector.initialize() builds a CuptiManager, whose extension module cannot load
-    # on this host (it needs GLIBCXX_3.4.32) and has no GPU to profile anyway; for the duration of that call it
-    # builds a _CpuKernelClock instead. Nothing is replaced on a host with CUDA.
-    if torch.cuda.is_available():
-        yield
-        return
-    module = sys.modules[mb_nvrx_straggler.straggler.Detector.__module__]
-    original = module.CuptiManager
-    module.CuptiManager = _CpuKernelClock
-    try:
-        yield
-    finally:
-        module.CuptiManager = original
-
-
 def _route_logger(name: str, rank: int) -> None:
     """Print a library logger's INFO+ records on stdout, prefixed like :func:`_log` (once per logger)."""
     lib_logger = logging.getLogger(name)
@@ -765,32 +277,6 @@ def _build_optimizer(cfg: ConfigContainer, params) -> torch.optim.Optimizer:
     raise ValueError(f"reference workload supports optimizer.optimizer in ('sgd', 'adam'), got {o.optimizer!r}")
 
 
-def _atomic_write_bytes(path: str, data: bytes) -> None:
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def _atomic_torch_save(obj: Any, path: str) -> None:
-    buf = io.BytesIO()
-    torch.save(obj, buf)
-    _atomic_write_bytes(path, buf.getvalue())
-
-
-def _newest_checkpoint(directory: str | None) -> str | None:
-    if not directory or not os.path.isdir(directory):
-        return None
-    best: tuple[int, str] | None = None
-    for name in os.listdir(directory):
-        m = _CKPT_RE.match(name)
-        if m and (best is None or int(m.group(1)) > best[0]):
-            best = (int(m.group(1)), os.path.join(directory, name))
-    return best[1] if best else None
-
-
 # ----------------------------------------------------------------------------------------------------------
 # Training
 # ----------------------------------------------------------------------------------------------------------
@@ -804,7 +290,7 @@ class _Trainer:
         seed = cfg.rng.seed
         # Identical initial weights on every rank; a target function shared by all ranks.
         torch.manual_seed(seed)
-        self.model = torch.nn.Linear(_IN_FEATURES, _OUT_FEATURES).to(_torch_device())  # GPU mode: on the GPU
+        self.model = torch.nn.Linear(_IN_FEATURES, _OUT_FEATURES).to(torch_device())  # GPU mode: on the GPU
         target = torch.Generator().manual_seed(seed + 1)
         self.w_true = torch.randn(_OUT_FEATURES, _IN_FEATURES, generator=target)
         self.b_true = torch.randn(_OUT_FEATURES, generator=target)
@@ -822,7 +308,7 @@ class _Trainer:
             x = torch.randn(_ROWS_PER_RANK, _IN_FEATURES, generator=self.data_gen)
             noise = 0.1 * torch.randn(_ROWS_PER_RANK, _OUT_FEATURES, generator=self.data_gen)
             y = x @ self.w_true.T + self.b_true + noise  # drawn on the CPU: the same data in both modes
-            yield x.to(_torch_device()), y.to(_torch_device())
+            yield x.to(torch_device()), y.to(torch_device())
 
     # -- checkpointing -------------------------------------------------------------------------------------
     def save_checkpoint(self) -> None:
@@ -834,7 +320,7 @@ class _Trainer:
         if self.rank == 0:
             os.makedirs(self.save_dir, exist_ok=True)
             payload = {
-                "format": _CKPT_FORMAT,
+                "format": CKPT_FORMAT,
                 "step": step,
                 "world_size": self.world,
                 "train_state": self.state.train_state.state_dict(),
@@ -842,8 +328,8 @@ class _Trainer:
                 "optimizer": self.optimizer.state_dict(),
                 "rng": gathered,
             }
-            _atomic_torch_save(payload, os.path.join(self.save_dir, f"iter_{step:07d}.pt"))
-            _atomic_write_bytes(os.path.join(self.save_dir, TRACKER_FILE), f"{step}\n".encode())
+            atomic_torch_save(payload, os.path.join(self.save_dir, f"iter_{step:07d}.pt"))
+            atomic_write_bytes(os.path.join(self.save_dir, TRACKER_FILE), f"{step}\n".encode())
         dist.barrier()
         fault_tolerance.on_checkpointing_end(is_async_finalization=False, global_state=self.state)
         self.last_saved_step = step
@@ -852,14 +338,14 @@ class _Trainer:
 
     def maybe_resume(self) -> None:
         load_dir = self.cfg.checkpoint.load or self.cfg.checkpoint.save
-        choice = [_newest_checkpoint(load_dir) if self.rank == 0 else None]
+        choice = [newest_checkpoint(load_dir) if self.rank == 0 else None]
         dist.broadcast_object_list(choice, src=0)
         path = choice[0]
         if path is None:
             _log("STARTING from scratch")
             return
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
-        if ckpt.get("format") != _CKPT_FORMAT:
+        if ckpt.get("format") != CKPT_FORMAT:
             raise RuntimeError(f"{path}: not a reference-workload checkpoint")
         if ckpt["world_size"] != self.world:
             raise RuntimeError(
@@ -877,7 +363,7 @@ class _Trainer:
         _log(f"RESUMED from step {self.state.train_state.step} ({os.path.basename(path)})")
 
     # -- one iteration ---------------------------------------------------------------------------------------
-    def train_step(self, injector: _FaultInjector) -> tuple[float, tuple[bool, int] | None]:
+    def train_step(self, injector: FaultInjector) -> tuple[float, tuple[bool, int] | None]:
         """One iteration, shaped like Megatron Bridge's ``train_step``.
 
         Returns the loss and, when Megatron Core's re-run state machine says the job must stop,
@@ -888,10 +374,10 @@ class _Trainer:
         rsm_cfg = self.cfg.rerun_state_machine
         rerun_state_machine = get_rerun_state_machine()
         loss_value = float("nan")
-        with _cuda_calls_on_cpu():
+        with cpu.cuda_calls_on_cpu():
             while rerun_state_machine.should_run_forward_backward(self.data_iterator):
                 self.optimizer.zero_grad(set_to_none=False)
-                with _cpu_kernel():
+                with cpu.cpu_kernel():
                     x, y = next(self.data_iterator)
                     output = self.model(x)
                     if injector.loss_fault(step):
@@ -908,7 +394,7 @@ class _Trainer:
                     loss = loss_sum / num_elements
                     loss.backward()
                     delay = injector.compute_delay(step)
-                    _spend_compute_time(delay)
+                    spend_compute_time(delay)
                 for p in self.model.parameters():  # data-parallel gradient averaging by hand
                     dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
                     p.grad.div_(self.world)
@@ -953,23 +439,23 @@ def pretrain(config: ConfigContainer) -> None:
 
 def _train_once(cfg: ConfigContainer, state: GlobalState, restart_store: Any = None) -> None:
     """The training loop of :func:`pretrain`; in-process restart runs it once per restart iteration."""
-    created_pg = _init_process_group(cfg, restart_store)
+    created_pg = init_process_group(cfg, restart_store)
     # Megatron Bridge's initialize_megatron calls init_rerun_state once the process groups exist.
     _route_logger("megatron.core.rerun_state_machine", dist.get_rank())
     init_rerun_state(cfg.rerun_state_machine)
     rerun_state_machine = get_rerun_state_machine()
     if not torch.cuda.is_available():
-        rerun_state_machine._reduce_any = _reduce_any_on_cpu  # CPU accommodation, see _reduce_any_on_cpu
+        rerun_state_machine._reduce_any = cpu.reduce_any_on_cpu  # CPU accommodation, see there
     ft_on = _ft_enabled(cfg)
     injector = None
     try:
         if ft_on:
             fault_tolerance.setup(cfg, state)
-            with _simulated_fault_device_on_cpu():
+            with cpu.simulated_fault_device_on_cpu():
                 fault_tolerance.maybe_setup_simulated_fault(cfg.ft)
 
         trainer = _Trainer(cfg, state)
-        injector = _FaultInjector(FaultSpec.from_env(), trainer.rank, trainer.world, trainer.save_dir)
+        injector = FaultInjector(FaultSpec.from_env(), trainer.rank, trainer.world, trainer.save_dir)
         if trainer.save_dir and trainer.rank == 0:
             os.makedirs(trainer.save_dir, exist_ok=True)
         trainer.maybe_resume()
@@ -1030,7 +516,7 @@ def _train_once(cfg: ConfigContainer, state: GlobalState, restart_store: Any = N
                 trainer.save_checkpoint()
             if trainer.rank == 0:
                 if trainer.save_dir:
-                    _atomic_torch_save(trainer.model.state_dict(), os.path.join(trainer.save_dir, FINAL_PARAMS))
+                    atomic_torch_save(trainer.model.state_dict(), os.path.join(trainer.save_dir, FINAL_PARAMS))
                 _log(f"FINISHED step={state.train_state.step} params_sha256={params_sha256(trainer.model)}")
         if trainer.rank == 0 and step_seconds:
             _log(_step_times_line(step_seconds))
@@ -1068,7 +554,7 @@ def _setup_nvrx_straggler(state: GlobalState, trainer: _Trainer):
         return trainer.train_step
     _route_logger(manager.config.logger_name, trainer.rank)
     try:
-        with _cupti_stand_in():
+        with cpu.cupti_stand_in():
             manager.initialize()
         return manager.wrap_train_step_function(trainer.train_step)
     except Exception as e:  # what Megatron Bridge does: report, then train on without detection
@@ -1083,7 +569,7 @@ def _check_nvrx_straggler(state: GlobalState, rank: int, elapsed_s: float) -> bo
     manager = state.nvrx_straggler_manager
     if manager is None:
         return False
-    with _cuda_calls_on_cpu():
+    with cpu.cuda_calls_on_cpu():
         stop = mb_nvrx_straggler.check_nvrx_straggler_detection(manager)
     if rank == 0 and manager.initialized and mb_nvrx_straggler.straggler.Detector.is_interval_elapsed():
         _log(f"STRAGGLER_REPORT step={state.train_state.step} elapsed_s={elapsed_s:.2f}")
@@ -1093,10 +579,6 @@ def _check_nvrx_straggler(state: GlobalState, rank: int, elapsed_s: float) -> bo
 # ----------------------------------------------------------------------------------------------------------
 # In-process restart
 # ----------------------------------------------------------------------------------------------------------
-IPR_PG_TIMEOUT_ENV = "NRP_IPR_PG_TIMEOUT"
-_IPR_PG_TIMEOUT_DEFAULT_S = 10.0
-
-
 def _inprocess_restart_enabled(cfg: ConfigContainer) -> bool:
     # Same test as Megatron Bridge's pretrain(); a plain dict here (the override trap) fails as it would there.
     return bool(cfg.inprocess_restart and cfg.inprocess_restart.enabled)
@@ -1126,63 +608,10 @@ def _run_with_inprocess_restart(cfg: ConfigContainer, state: GlobalState) -> Non
         _log(f"INPROCESS iteration={iteration} pid={os.getpid()} time={time.time():.3f}")
         _train_once(cfg, state, restart_store=dist.PrefixStore(str(iteration), store))
 
-    with _inprocess_wrapper_construction_on_cpu():
+    with cpu.inprocess_wrapper_construction_on_cpu():
         wrapped, store = maybe_wrap_for_inprocess_restart(train_fn, cfg.inprocess_restart, state)
     wrapped(state, store=store)
     _log(f"INPROCESS completed pid={os.getpid()} iterations={next(calls)}")
-
-
-@contextlib.contextmanager
-def _inprocess_wrapper_construction_on_cpu():
-    """While Megatron Bridge builds its in-process wrapper on a host without CUDA (construction only)."""
-    if torch.cuda.is_available():
-        yield
-        return
-    import nvidia_resiliency_ext.inprocess as inprocess
-
-    # CPU accommodation: NVRx's inprocess.Wrapper appends NVML-based GPU/NVLink/NIC health checks whenever
-    # LOCAL_RANK is set; without NVML they raise NVMLError_LibraryNotFound at the first restart and the job
-    # dies (ft-cpu.md section 5). LOCAL_RANK is hidden while the wrapper is constructed, and only then.
-    # Megatron Bridge's own health check (CudaHealthCheck, which checks nothing without CUDA, and FaultCounter)
-    # is kept.
-    saved = os.environ.pop("LOCAL_RANK", None)
-    _CpuThreadedFinalize = _cpu_threaded_finalize_class()
-    # CPU accommodation: NVRx 0.7's ThreadedFinalize raises "CUDA is not available" before running its
-    # function (it binds the finalize thread to the rank's GPU). Megatron Bridge builds its finalize steps
-    # (destroy_global_state + GlobalState.reset_for_restart, torch.cuda.empty_cache) from
-    # inprocess.finalize.ThreadedFinalize, so during construction that name is _CpuThreadedFinalize: the same
-    # functions, in a thread, with the same timeout, minus the GPU binding.
-    original_finalize = inprocess.finalize.ThreadedFinalize
-    inprocess.finalize.ThreadedFinalize = _CpuThreadedFinalize
-    try:
-        yield
-    finally:
-        inprocess.finalize.ThreadedFinalize = original_finalize
-        if saved is not None:
-            os.environ["LOCAL_RANK"] = saved
-
-
-def _cpu_threaded_finalize_class():
-    import nvidia_resiliency_ext.inprocess as inprocess
-
-    class CpuThreadedFinalize(inprocess.finalize.ThreadedFinalize):
-        """NVRx's ThreadedFinalize without the CUDA device binding (see _inprocess_wrapper_construction_on_cpu)."""
-
-        def __call__(self, state):
-            thread = threading.Thread(
-                target=self.fn,
-                args=self.args,
-                kwargs=self.kwargs,
-                name=f"CpuThreadedFinalize-{state.rank}",
-                daemon=True,
-            )
-            thread.start()
-            thread.join(self.timeout.total_seconds())
-            if thread.is_alive():
-                raise inprocess.exception.TimeoutError
-            return state
-
-    return CpuThreadedFinalize
 
 
 def main(argv: list[str] | None = None) -> None:

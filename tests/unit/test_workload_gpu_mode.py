@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 
-from nemo_resiliency_plugins.testing import workload
+from nemo_resiliency_plugins.testing import devices as workload  # the GPU mode lives in testing/devices.py
 
 
 @pytest.mark.parametrize(
@@ -44,14 +44,14 @@ def test_cuda_device_index_is_the_local_rank():
 
 def test_default_mode_stays_on_the_cpu(monkeypatch):
     monkeypatch.delenv("NRP_DEVICE", raising=False)
-    assert workload._torch_device() == torch.device("cpu")
+    assert workload.torch_device() == torch.device("cpu")
     start = time.perf_counter()
-    workload._spend_compute_time(0.05)
+    workload.spend_compute_time(0.05)
     assert time.perf_counter() - start >= 0.045
-    workload._spend_compute_time(0.0)  # nothing to spend, no CUDA touched
+    workload.spend_compute_time(0.0)  # nothing to spend, no CUDA touched
 
 
 def test_gpu_mode_device_follows_local_rank(monkeypatch):
     monkeypatch.setenv("NRP_DEVICE", "cuda")
     monkeypatch.setenv("LOCAL_RANK", "1")
-    assert workload._torch_device() == torch.device("cuda", 1)  # a device object only: no CUDA call is made
+    assert workload.torch_device() == torch.device("cuda", 1)  # a device object only: no CUDA call is made

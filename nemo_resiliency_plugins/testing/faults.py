@@ -1,0 +1,162 @@
+"""Fault injection for the reference workload, from the ``NRP_*`` environment variables.
+
+``NRP_FAULT`` names one fault (``kill``, ``hang``, ``raise``, ``sigterm``, ``slow``, ``nan``,
+``nan_persistent``) injected at step ``NRP_FAULT_STEP`` on rank ``NRP_FAULT_RANK``, or a *chain* of the
+once-only kinds, ``kind@step`` items separated by commas (``NRP_FAULT=kill@13,hang@17``): one launch then
+proves several recoveries in a row, each with its own log lines, exactly as a job that fails more than once in
+its life would meet them (the restart budget must allow every one of them).
+
+Once-only kinds (kill/hang/raise/sigterm) are injected once per save directory: a marker file in
+``checkpoint.save`` (``nrp_fault_injected`` for the first fault of a chain, ``nrp_fault_injected.<i>`` for the
+i-th after it) stops a restarted attempt from injecting that fault again. The faults of a chain are injected
+in order: fault *i* only once fault *i-1*'s marker exists, at the first time its step is reached after that. A
+single fault without ``checkpoint.save`` has no marker and every attempt injects it; a chain needs the save
+directory (it is refused without one).
+
+``slow`` models a persistently slow rank: it applies on every step >= NRP_FAULT_STEP of every attempt (its
+compute part takes 3x as long). ``nan`` adds NaN to the model output, hence to the loss and the gradients, of
+step NRP_FAULT_STEP once (a transient fault: a re-run of the step is clean); ``nan_persistent`` adds it on every
+run of that step in the attempt that injects it (the re-run reproduces it). Both use the marker, so a restarted
+attempt is clean. Neither can be part of a chain.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import signal
+import threading
+import time
+
+from nemo_resiliency_plugins.testing.rank_log import log
+
+__all__ = ["CHAINABLE_KINDS", "FAULT_KINDS", "FAULT_MARKER", "FaultInjector", "FaultSpec", "marker_name"]
+
+FAULT_KINDS = ("kill", "hang", "raise", "sigterm", "slow", "nan", "nan_persistent")
+CHAINABLE_KINDS = ("kill", "hang", "raise", "sigterm")
+LOSS_FAULTS = ("nan", "nan_persistent")
+FAULT_MARKER = "nrp_fault_injected"
+_CHAIN_ITEM = re.compile(r"([a-z_]+)@([0-9]+)")
+
+
+def marker_name(index: int) -> str:
+    """The marker file of the ``index``-th fault of a chain (the first one keeps the historical name)."""
+    return FAULT_MARKER if index == 0 else f"{FAULT_MARKER}.{index}"
+
+
+@dataclasses.dataclass(frozen=True)
+class FaultSpec:
+    """Fault injection settings. ``kind``/``step`` are the first (or only) fault; ``then`` the rest of a chain."""
+
+    kind: str | None = None
+    step: int = 0
+    rank: int = 1
+    step_time: float = 0.05
+    then: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def chain(self) -> tuple[tuple[str, int], ...]:
+        """Every fault to inject, in order, as ``(kind, step)``."""
+        return () if self.kind is None else ((self.kind, self.step), *self.then)
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> FaultSpec:
+        env = os.environ if env is None else env
+        value = env.get("NRP_FAULT", "").strip().lower()
+        rank = int(env.get("NRP_FAULT_RANK", "1"))
+        step_time = float(env.get("NRP_STEP_TIME", "0.05"))
+        if "@" not in value and "," not in value:
+            kind = value or None
+            if kind is not None and kind not in FAULT_KINDS:
+                raise ValueError(f"NRP_FAULT={kind!r}: expected one of {', '.join(FAULT_KINDS)}")
+            return cls(kind=kind, step=int(env.get("NRP_FAULT_STEP", "0")), rank=rank, step_time=step_time)
+        chain = []
+        for item in value.split(","):
+            m = _CHAIN_ITEM.fullmatch(item.strip())
+            if m is None or m.group(1) not in CHAINABLE_KINDS:
+                raise ValueError(
+                    f"NRP_FAULT={value!r}: a chain is kind@step items separated by commas, kind one of "
+                    f"{', '.join(CHAINABLE_KINDS)} (got {item.strip()!r})"
+                )
+            chain.append((m.group(1), int(m.group(2))))
+        (kind, step), *then = chain
+        return cls(kind=kind, step=step, rank=rank, step_time=step_time, then=tuple(then))
+
+
+class FaultInjector:
+    """Injects the faults of a :class:`FaultSpec` on the rank it names; the training loop calls it each step."""
+
+    def __init__(self, spec: FaultSpec, rank: int, world: int, save_dir: str | None) -> None:
+        self.spec = spec
+        self.rank = rank
+        self.active = spec.kind is not None and rank == spec.rank
+        if spec.then and not save_dir:
+            raise ValueError("NRP_FAULT: a chain of faults needs checkpoint.save (its markers live there)")
+        self.save_dir = save_dir
+        self.marker = os.path.join(save_dir, FAULT_MARKER) if save_dir else None
+        # Whether an earlier attempt in this save dir already injected (nan_persistent looks at this only).
+        self.injected_before = self.marker is not None and os.path.exists(self.marker)
+        self._slow_announced = False
+        self._loss_fault_done = False
+        if spec.kind is not None and not 0 <= spec.rank < world and rank == 0:
+            log(f"NOTE NRP_FAULT={spec.kind} ignored: NRP_FAULT_RANK={spec.rank} not in world of {world}")
+
+    def compute_delay(self, step: int) -> float:
+        """Extra sleep inside the compute part of this step (the straggler effect)."""
+        if self.active and self.spec.kind == "slow" and step >= self.spec.step:
+            if not self._slow_announced:
+                self._slow_announced = True
+                log(f"FAULT_INJECTED kind=slow step={step} rank={self.rank}")
+            return 3.0 * self.spec.step_time
+        return self.spec.step_time
+
+    def _pending(self) -> tuple[int, str, int] | None:
+        """(index, kind, step) of the first fault of the chain whose marker is not written yet."""
+        for index, (kind, step) in enumerate(self.spec.chain):
+            if self.save_dir is None or not os.path.exists(os.path.join(self.save_dir, marker_name(index))):
+                return index, kind, step
+        return None
+
+    def _write_marker(self, index: int, kind: str, step: int) -> None:
+        if self.save_dir is None:
+            return
+        with open(os.path.join(self.save_dir, marker_name(index)), "w") as f:
+            f.write(f"kind={kind} step={step} rank={self.rank} pid={os.getpid()} time={time.time()}\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def maybe_inject(self, step: int) -> None:
+        """Called inside the step (between on_training_step_start and on_training_step_end)."""
+        if not self.active or self.spec.kind == "slow" or self.spec.kind in LOSS_FAULTS:
+            return
+        pending = self._pending()
+        if pending is None or pending[2] != step:
+            return
+        index, kind, _ = pending
+        self._write_marker(index, kind, step)
+        log(f"FAULT_INJECTED kind={kind} step={step} rank={self.rank}")
+        if kind == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+            time.sleep(60)  # never reached in practice
+        elif kind == "hang":
+            threading.Event().wait()
+        elif kind == "raise":
+            raise RuntimeError(f"NRP injected fault at step {step} on rank {self.rank}")
+        elif kind == "sigterm":
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def loss_fault(self, step: int) -> bool:
+        """Whether to add NaN to this (re-)run's loss (the ``nan`` and ``nan_persistent`` kinds)."""
+        kind = self.spec.kind
+        if not self.active or kind not in LOSS_FAULTS or step != self.spec.step:
+            return False
+        if kind == "nan" and (self._loss_fault_done or (self.marker is not None and os.path.exists(self.marker))):
+            return False  # transient: injected once, so the re-run of the step is clean
+        self._loss_fault_done = True
+        if kind == "nan_persistent" and self.injected_before:
+            return False  # reproducible within the attempt that injects it, not after a restart
+        if self.marker is not None and not os.path.exists(self.marker):
+            self._write_marker(0, kind, step)
+        log(f"FAULT_INJECTED kind={kind} step={step} rank={self.rank}")
+        return True

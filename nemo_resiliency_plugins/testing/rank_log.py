@@ -1,0 +1,27 @@
+"""The reference workload's log lines: ``[rank<r>] <message>`` on stdout, one write per line.
+
+Tests, ``rehearse`` and the benchmark read these lines from the job logs (the workload's docstring lists them),
+so every module of the workload writes them through :func:`log`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+__all__ = ["log", "rank_from_env"]
+
+
+def rank_from_env() -> int:
+    """The global rank the launcher gave this process (0 when launched plainly)."""
+    return int(os.environ.get("RANK", "0"))
+
+
+def log(msg: str) -> None:
+    """Print one workload line, prefixed with this process's rank (the process group's, once it exists)."""
+    dist = sys.modules.get("torch.distributed")
+    initialized = dist is not None and dist.is_available() and dist.is_initialized()
+    rank = dist.get_rank() if initialized else rank_from_env()
+    # One write per line, so lines of concurrently printing ranks do not interleave.
+    sys.stdout.write(f"[rank{rank}] {msg}\n")
+    sys.stdout.flush()
