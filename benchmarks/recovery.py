@@ -1125,7 +1125,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--smoke", action="store_true", help="1 repetition, shorter steps (CI)")
     parser.add_argument("--repeat", type=int, default=None, help="runs per case (default 3; 1 with --smoke)")
-    parser.add_argument("--import-repeat", type=int, default=None, help="fresh interpreters (default 5; smoke 2)")
+    parser.add_argument("--import-repeat", type=int, default=None, help="fresh interpreters (default 5; smoke 1)")
     parser.add_argument("--setup-tasks", type=int, default=100, help="tasks in the Experiment.add benchmark")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     parser.add_argument("--keep", action="store_true", help="keep the jobs' logs and checkpoints")
@@ -1140,7 +1140,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown := sorted(set(cases) - set(CASES)):
         parser.error(f"--cases: unknown {', '.join(unknown)}; allowed: {', '.join(CASES)}")
     repeat = args.repeat or (1 if args.smoke else 3)
-    import_repeat = args.import_repeat or (2 if args.smoke else 5)
+    import_repeat = args.import_repeat or (1 if args.smoke else 5)
     step_time = "0.05" if args.smoke else "0.1"
 
     started = time.time()

@@ -31,3 +31,34 @@ def nemorun_home() -> Path:
 @pytest.fixture
 def venv_bin() -> str:
     return _BIN
+
+
+# ---------------------------------------------------------------------------------------------- parallel runs
+# `.ci/test` runs the suite on two pytest-xdist workers (`-n 2 --dist loadgroup`). Most of a launching test's
+# wall time is spent waiting (a Slurm job in the queue or its requeue hold, a hang until its section timeout,
+# ft_launcher's fixed 3 s exit grace, NeMo-Run's 2 s status polling), and two workers overlap those waits.
+# Grouping keeps every module-scoped fixture computed once: a test file is one unit of work, and the Slurm tests
+# share one worker (one session of the `local_slurm` fixture, so only one of them can bring the cluster up).
+# Units start longest first (measured: the README's "Test budget"), so the last one to finish is a short one.
+_FIRST = (
+    "slurm",
+    "tests/smoke/test_benchmark_smoke.py",
+    "tests/smoke/test_rehearse.py",
+    "tests/testing/test_workload.py",
+    "tests/smoke/test_fault_tolerance_local.py",
+    "tests/smoke/test_inprocess_restart_local.py",
+    "tests/smoke/test_straggler_local.py",
+    "tests/smoke/test_rerun_local.py",
+    "tests/cli/test_rehearse_from_experiment.py",
+)
+
+
+def _group(item: pytest.Item) -> str:
+    return "slurm" if item.get_closest_marker("slurm") else item.nodeid.split("::", 1)[0]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(_FIRST)}
+    items.sort(key=lambda item: rank.get(_group(item), len(_FIRST)))  # stable: the rest keep their order
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(_group(item)))

@@ -20,6 +20,7 @@ from tests.helpers import assert_same_params, final_params, workload_script
 
 STEPS = 20  # the reference config's train.train_iters; checkpoint every 5 steps
 FAULT_STEP = 13  # resume from step 10
+HANG_STEP = 17  # the second fault of the kill-then-hang job: resume from step 15
 STEP_TIME = "0.15"
 
 
@@ -67,23 +68,34 @@ def test_fault_free_run_succeeds_and_outlives_the_initial_heartbeat_timeout(base
     assert (save / "ft_state.json").exists(), "calc_ft_timeouts=True: Megatron Bridge saves computed timeouts"
 
 
-def test_killed_rank_is_restarted_and_resumes_with_nothing_lost(baseline, tmp_path):
-    result = run_local(script_task(tmp_path, "kill"), [plugin()], name="ft-kill")
+@pytest.fixture(scope="module")
+def kill_then_hang(tmp_path_factory):
+    """One job, two faults in a row (restart budget 2): rank 1 killed at step 13, then, after resuming from step
+    10, hung at step 17. Each recovery is asserted on its own below."""
+    save = tmp_path_factory.mktemp("kill-then-hang")
+    result = run_local(script_task(save, f"kill@{FAULT_STEP},hang@{HANG_STEP}"), [plugin()], name="ft-kill-hang")
+    return result, save
+
+
+def test_killed_rank_is_restarted_and_resumes_with_nothing_lost(baseline, kill_then_hang):
+    result, save = kill_then_hang
     assert result.state == "SUCCEEDED", result.log[-4000:]
-    assert result.grep("FAULT_INJECTED kind=kill")
+    assert result.grep(f"FAULT_INJECTED kind=kill step={FAULT_STEP}")
     assert result.grep("will restart worker group")
-    assert result.grep("RESUMED from step 10")
-    assert_same_params(final_params(tmp_path), final_params(baseline[1]))
+    assert len(result.grep("RESUMED from step 10")) == 2, "both ranks resume from the last checkpoint before the kill"
+    assert_same_params(final_params(save), final_params(baseline[1]))
 
 
-def test_hang_in_a_step_is_caught_by_the_step_section_timeout(baseline, tmp_path, record_property):
-    result = run_local(script_task(tmp_path, "hang"), [plugin()], name="ft-hang")
+def test_hang_in_a_step_is_caught_by_the_step_section_timeout(baseline, kill_then_hang, record_property):
+    result, save = kill_then_hang
     assert result.state == "SUCCEEDED", result.log[-4000:]
+    assert result.grep(f"FAULT_INJECTED kind=hang step={HANG_STEP}")
     waited = section_wait(result)
     record_property("hang_detection_s_explicit_timeout", waited)
     assert 5 <= waited < 5 + 3, "detected by the declared 5 s step timeout (+ the 1 s check interval)"
-    assert result.grep("RESUMED from step 10")
-    assert_same_params(final_params(tmp_path), final_params(baseline[1]))
+    assert len(result.grep("RESUMED from step 15")) == 2, "both ranks resume from the last checkpoint before the hang"
+    assert len(result.grep("will restart worker group")) == 2, "one restart per fault"
+    assert_same_params(final_params(save), final_params(baseline[1]))
 
 
 def test_second_run_uses_computed_timeouts_and_detects_a_hang_faster(baseline, tmp_path, record_property):

@@ -17,6 +17,7 @@ What is proven:
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from tests.helpers import assert_same_params, final_params, workload_script
 
 STEPS = 20  # the reference config's train.train_iters; checkpoint every 5 steps
 FAULT_STEP = 13  # resume from step 10
+KILL_STEP = 17  # the second fault of the raise-then-kill job: resume from step 15
 STEP_TIME = "0.15"
 _INPROCESS = re.compile(r"\[rank(\d+)\] INPROCESS iteration=(\d+) pid=(\d+) time=([0-9.]+)")
 _MARKER = re.compile(r"pid=(\d+) time=([0-9.]+)")
@@ -144,16 +146,35 @@ def launcher_restart_of_a_raise(tmp_path_factory):
     return result, save
 
 
-def test_with_fault_tolerance_a_raise_is_handled_in_process(
-    baseline, launcher_restart_of_a_raise, tmp_path, record_property
-):
-    result = run_local(task(tmp_path, "raise"), [ft_plugin(), ipr_plugin()], name="ipr-ft-raise")
-    assert result.state == "SUCCEEDED", result.log[-4000:]
-    assert not result.grep("will restart worker group"), "ft_launcher restarted what in-process restart handles"
-    assert_restarted_in_the_same_processes(result, tmp_path)
-    assert_same_params(final_params(tmp_path), final_params(baseline[1]))
+@pytest.fixture(scope="module")
+def raise_then_kill(tmp_path_factory):
+    """FaultTolerancePlugin + InProcessRestartPlugin, one job, two faults in a row: rank 1 raises at step 13
+    (handled in-process), then, resumed from step 10 in the same processes, is SIGKILLed at step 17 (which only
+    ft_launcher can recover). Each recovery is asserted on its own below."""
+    save = tmp_path_factory.mktemp("ipr-ft-raise-kill")
+    fault = f"raise@{FAULT_STEP},kill@{KILL_STEP}"
+    return run_local(task(save, fault), [ft_plugin(), ipr_plugin()], name="ipr-ft-raise-kill"), save
 
-    inprocess_s = fault_to_step15_checkpoint(tmp_path)
+
+def until_the_kill(result):
+    """The job's log up to the SIGKILL of the raise-then-kill job: what the in-process recovery alone did."""
+    end = next(i for i, line in enumerate(result.lines) if f"FAULT_INJECTED kind=kill step={KILL_STEP}" in line)
+    lines = result.lines[:end]
+    return dataclasses.replace(result, lines=lines, log="\n".join(lines))
+
+
+def test_with_fault_tolerance_a_raise_is_handled_in_process(
+    baseline, launcher_restart_of_a_raise, raise_then_kill, record_property
+):
+    result, save = raise_then_kill
+    assert result.state == "SUCCEEDED", result.log[-4000:]
+    before_kill = until_the_kill(result)
+    assert before_kill.grep(f"FAULT_INJECTED kind=raise step={FAULT_STEP} rank=1")
+    assert not before_kill.grep("will restart worker group"), "ft_launcher restarted what in-process restart handles"
+    assert_restarted_in_the_same_processes(before_kill, save)
+    assert_same_params(final_params(save), final_params(baseline[1]))
+
+    inprocess_s = fault_to_step15_checkpoint(save)
     launcher_s = fault_to_step15_checkpoint(launcher_restart_of_a_raise[1])
     record_property("with_ft_inprocess_fault_to_step15_checkpoint_s", round(inprocess_s, 2))
     record_property("launcher_restart_fault_to_step15_checkpoint_s", round(launcher_s, 2))
@@ -161,11 +182,11 @@ def test_with_fault_tolerance_a_raise_is_handled_in_process(
     assert inprocess_s < launcher_s, f"in-process {inprocess_s:.1f} s vs launcher restart {launcher_s:.1f} s"
 
 
-def test_with_fault_tolerance_a_killed_rank_falls_back_to_the_launcher(baseline, tmp_path):
-    result = run_local(task(tmp_path, "kill"), [ft_plugin(), ipr_plugin()], name="ipr-ft-kill")
+def test_with_fault_tolerance_a_killed_rank_falls_back_to_the_launcher(baseline, raise_then_kill):
+    result, save = raise_then_kill
     assert result.state == "SUCCEEDED", result.log[-4000:]
-    assert result.grep("FAULT_INJECTED kind=kill step=13 rank=1")
-    assert result.grep("will restart worker group"), "a killed rank cannot be restarted in-process"
+    assert result.grep(f"FAULT_INJECTED kind=kill step={KILL_STEP} rank=1")
+    assert len(result.grep("will restart worker group")) == 1, "a killed rank cannot be restarted in-process"
     assert result.grep("restart=1"), "the workers were started again by ft_launcher"
-    assert len(result.grep("RESUMED from step 10")) == 2
-    assert_same_params(final_params(tmp_path), final_params(baseline[1]))
+    assert len(result.grep(f"RESUMED from step {KILL_STEP // 5 * 5}")) == 2
+    assert_same_params(final_params(save), final_params(baseline[1]))
