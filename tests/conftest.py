@@ -37,8 +37,9 @@ def venv_bin() -> str:
 # `.ci/test` runs the suite on two pytest-xdist workers (`-n 2 --dist loadgroup`). Most of a launching test's
 # wall time is spent waiting (a Slurm job in the queue or its requeue hold, a hang until its section timeout,
 # ft_launcher's fixed 3 s exit grace, NeMo-Run's 2 s status polling), and two workers overlap those waits.
-# Grouping keeps every module-scoped fixture computed once: a test file is one unit of work, and the Slurm tests
-# share one worker (one session of the `local_slurm` fixture, so only one of them can bring the cluster up).
+# Grouping keeps every module-scoped fixture that launches jobs computed once: such a test file is one unit of
+# work, and the Slurm tests share one worker (one session of the `local_slurm` fixture, so only one of them can
+# bring the cluster up).
 # Units start longest first (measured: the README's "Test budget"), so the last one to finish is a short one.
 _FIRST = (
     "slurm",
@@ -53,12 +54,24 @@ _FIRST = (
 )
 
 
-def _group(item: pytest.Item) -> str:
-    return "slurm" if item.get_closest_marker("slurm") else item.nodeid.split("::", 1)[0]
+# Files whose module-scoped fixtures launch jobs: each is one unit. Any other test is a unit of its own, so that
+# the fast tier (many short tests, the CLI's subprocesses) spreads over both workers.
+_WHOLE_FILES = ("tests/smoke/", "tests/testing/")
 
 
+def _group(item: pytest.Item) -> str | None:
+    if item.get_closest_marker("slurm"):
+        return "slurm"
+    path = item.nodeid.split("::", 1)[0]
+    return path if path.startswith(_WHOLE_FILES) else None
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which turns the group markers into units
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     rank = {name: i for i, name in enumerate(_FIRST)}
-    items.sort(key=lambda item: rank.get(_group(item), len(_FIRST)))  # stable: the rest keep their order
+    # Stable sort: units named in _FIRST first, in that order; the rest keep their order.
+    items.sort(key=lambda item: rank.get(_group(item) or item.nodeid.split("::", 1)[0], len(_FIRST)))
     for item in items:
-        item.add_marker(pytest.mark.xdist_group(_group(item)))
+        group = _group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
