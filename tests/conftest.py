@@ -66,12 +66,15 @@ def _group(item: pytest.Item) -> str | None:
     return path if path.startswith(_WHOLE_FILES) else None
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which turns the group markers into units
+def pytest_itemcollected(item: pytest.Item) -> None:
+    # Marked as each test is collected, so xdist's own collection hook (which turns these markers into units of
+    # work) always sees them.
+    group = _group(item)
+    if group is not None:  # the unit's name: "slurm" or the file's stem (it is appended to the test ids)
+        item.add_marker(pytest.mark.xdist_group(group.rsplit("/", 1)[-1].removesuffix(".py")))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     rank = {name: i for i, name in enumerate(_FIRST)}
     # Stable sort: units named in _FIRST first, in that order; the rest keep their order.
     items.sort(key=lambda item: rank.get(_group(item) or item.nodeid.split("::", 1)[0], len(_FIRST)))
-    for item in items:
-        group = _group(item)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
