@@ -119,10 +119,12 @@ def submit(
     )
     out = p.stdout + p.stderr
     assert p.returncode == 0, out
-    handle = next(ln.split("=", 1)[1] for ln in p.stdout.splitlines() if ln.startswith("HANDLE="))
+    # NeMo-Run may print the job's queue state ("[SLURM] Job 52 - State: PENDING, ...") right after the handle,
+    # on the same line, when the job does not start at once (a busy cluster): read the id, not the whole line.
+    handle = re.search(r"^HANDLE=slurm_tunnel://[^/\s]+/(\d+)", p.stdout, re.MULTILINE)
+    assert handle, out
+    job_id = handle.group(1)
     exp_dir = Path(next(ln.split("=", 1)[1] for ln in p.stdout.splitlines() if ln.startswith("EXPDIR=")))
-    job_id = handle.rstrip("/").split("/")[-1]
-    assert job_id.isdigit(), (handle, out)
     return SubmittedJob(job_id=job_id, exp_dir=exp_dir, submitted_at=time.time())
 
 
