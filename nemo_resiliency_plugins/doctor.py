@@ -19,7 +19,7 @@ import nemo_run as run
 from nemo_run.core.execution.launcher import FaultTolerance, Torchrun
 
 from nemo_resiliency_plugins import nvrx_launcher
-from nemo_resiliency_plugins.hydra_overrides import find_overrides, parse_value
+from nemo_resiliency_plugins.hydra_overrides import find_overrides
 from nemo_resiliency_plugins.timeout_chain import timeout_chain
 
 # A computed section timeout below this is almost certainly measured on a toy run (NVRx multiplies the
@@ -45,8 +45,10 @@ def _task_ft_enabled(task: Any) -> bool | None:
     if isinstance(task, run.Script):
         value = None
         for o in find_overrides(task.args):
-            if o.key == "ft.enable_ft_package" and o.raw_value is not None:
-                value = parse_value(o.raw_value)
+            if o.key == "ft.enable_ft_package" and o.prefix != "~":
+                value = o.value
+            elif o.key == "ft" and isinstance(o.value, dict) and "enable_ft_package" in o.value:
+                value = o.value["enable_ft_package"]
         return value
     from nemo_resiliency_plugins.task_config import read_config_field
 
@@ -56,8 +58,8 @@ def _task_ft_enabled(task: Any) -> bool | None:
 def _checkpoint_dir(task: Any) -> str | None:
     if isinstance(task, run.Script):
         for o in find_overrides(task.args):
-            if o.key == "checkpoint.save" and o.raw_value:
-                return str(parse_value(o.raw_value))
+            if o.key == "checkpoint.save" and isinstance(o.value, str) and o.value:
+                return o.value
         return None
     from nemo_resiliency_plugins.task_config import read_config_field
 
@@ -219,15 +221,12 @@ def check_job(
 
 
 def _nccl_timeout_s(task: Any) -> float | None:
-    if isinstance(task, run.Script):
-        for o in find_overrides(task.args):
-            if o.key == "dist.distributed_timeout_minutes" and o.raw_value:
-                return float(parse_value(o.raw_value)) * 60
-        return None
     from nemo_resiliency_plugins.task_config import read_config_field
+    from nemo_resiliency_plugins.validation import is_finite_number
 
     value = read_config_field(task, "dist", "distributed_timeout_minutes")
-    return float(value) * 60 if value is not None else None
+    # null, a string or a non-finite number is "unknown" here; the plugins that need it refuse it themselves.
+    return float(value) * 60 if is_finite_number(value) else None
 
 
 def _flag_checks(task: Any, executor: Any) -> list[Check]:
