@@ -19,7 +19,8 @@ import nemo_run as run
 from nemo_run.core.execution.launcher import FaultTolerance, Torchrun
 
 from nemo_resiliency_plugins import nvrx_launcher
-from nemo_resiliency_plugins.hydra_overrides import find_overrides
+from nemo_resiliency_plugins.errors import ResiliencyConfigError
+from nemo_resiliency_plugins.hydra_overrides import OverrideSyntaxError, find_overrides
 from nemo_resiliency_plugins.timeout_chain import timeout_chain
 
 # A computed section timeout below this is almost certainly measured on a toy run (NVRx multiplies the
@@ -92,7 +93,16 @@ def check_job(
     step_time_s: float | None = None,
     save_time_s: float | None = None,
 ) -> list[Check]:
-    """All checks for one job (task + executor after plugins)."""
+    """All checks for one job (task + executor after plugins).
+
+    A task whose overrides Hydra cannot parse gets one FAIL saying so (the job would fail on it at start):
+    the other checks read those overrides.
+    """
+    if isinstance(task, run.Script):
+        try:
+            find_overrides(task.args)
+        except OverrideSyntaxError as err:
+            return [Check("task.args parse with Hydra's override parser", "FAIL", str(err))]
     plugins = list(plugins or [])
     checks: list[Check] = []
     launcher = executor.launcher
@@ -300,10 +310,22 @@ def _ft_state_checks(path: Path, save_time_s: float | None) -> list[Check]:
 
 
 def jobs_from_experiment_dir(exp_dir: str) -> list[tuple[Any, Any, list[Any]]]:
-    """(task, executor, plugins) of every job NeMo-Run saved in ``exp_dir`` (already set up by plugins)."""
+    """(task, executor, plugins) of every job NeMo-Run saved in ``exp_dir`` (already set up by plugins).
+
+    A directory that is not one NeMo-Run saved (no ``_CONFIG``, too shallow to be
+    ``<home>/experiments/<title>/<id>``, or a config NeMo-Run cannot load) is a :class:`ResiliencyConfigError`
+    naming it, never a traceback from NeMo-Run's loader.
+    """
     from nemo_run import config as nemo_run_config
 
     exp_dir = os.path.abspath(exp_dir)
+    allowed = "an experiment directory NeMo-Run saved ($NEMORUN_HOME/experiments/<title>/<id>, with a _CONFIG file)"
+    if not os.path.isdir(exp_dir):
+        raise ResiliencyConfigError("nemo-resiliency", "EXPERIMENT_DIR", exp_dir, allowed, detail="no such directory")
+    if len(Path(exp_dir).parents) < 3 or not os.path.isfile(os.path.join(exp_dir, run.Experiment._CONFIG_FILE)):
+        raise ResiliencyConfigError(
+            "nemo-resiliency", "EXPERIMENT_DIR", exp_dir, allowed, detail="this directory is not one"
+        )
     # NeMo-Run rebuilds the experiment under $NEMORUN_HOME/experiments/<title>/<id>; an experiment made with
     # another base_dir is found by pointing that home at the directory three levels up for the duration.
     saved = nemo_run_config.get_nemorun_home()
@@ -311,6 +333,14 @@ def jobs_from_experiment_dir(exp_dir: str) -> list[tuple[Any, Any, list[Any]]]:
     try:
         exp = run.Experiment._from_config(exp_dir)
         return [(_task_of(job.task), job.executor, list(job.plugins or [])) for job in exp.jobs]
+    except Exception as err:  # NeMo-Run's loader: a broken or foreign _CONFIG
+        raise ResiliencyConfigError(
+            "nemo-resiliency",
+            "EXPERIMENT_DIR",
+            exp_dir,
+            allowed,
+            detail=f"NeMo-Run cannot load it ({type(err).__name__}: {err})",
+        ) from None
     finally:
         nemo_run_config.set_nemorun_home(saved)
 

@@ -38,7 +38,7 @@ import nemo_run as run
 
 from nemo_resiliency_plugins import executor_config, task_config
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
-from nemo_resiliency_plugins.validation import Checker
+from nemo_resiliency_plugins.validation import Checker, is_finite_number
 
 logger = logging.getLogger(__name__)
 
@@ -253,7 +253,7 @@ class InProcessRestartPlugin(run.Plugin):
             return task_config.set_config_fields(
                 task, "dist", {"distributed_timeout_minutes": self.watchdog_minutes()}, plugin=name
             )
-        if isinstance(current, bool) or not isinstance(current, (int, float)) or not math.isfinite(current):
+        if not is_finite_number(current):
             raise ResiliencyConfigError(
                 name,
                 "dist.distributed_timeout_minutes",
