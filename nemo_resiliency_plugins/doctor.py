@@ -53,7 +53,7 @@ def _task_ft_enabled(task: Any) -> bool | None:
         return value
     from nemo_resiliency_plugins.task_config import read_config_field
 
-    return read_config_field(task, "ft", "enable_ft_package")
+    return read_config_field(task, "ft", "enable_ft_package", plugin="doctor")
 
 
 def _checkpoint_dir(task: Any) -> str | None:
@@ -64,7 +64,7 @@ def _checkpoint_dir(task: Any) -> str | None:
         return None
     from nemo_resiliency_plugins.task_config import read_config_field
 
-    value = read_config_field(task, "checkpoint", "save")
+    value = read_config_field(task, "checkpoint", "save", plugin="doctor")
     return str(value) if value else None
 
 
@@ -234,7 +234,7 @@ def _nccl_timeout_s(task: Any) -> float | None:
     from nemo_resiliency_plugins.task_config import read_config_field
     from nemo_resiliency_plugins.validation import is_finite_number
 
-    value = read_config_field(task, "dist", "distributed_timeout_minutes")
+    value = read_config_field(task, "dist", "distributed_timeout_minutes", plugin="doctor")
     # null, a string or a non-finite number is "unknown" here; the plugins that need it refuse it themselves.
     return float(value) * 60 if is_finite_number(value) else None
 

@@ -50,7 +50,7 @@ def set_env(task: Any, executor: Any, name: str, value: str, *, plugin: str, fie
     if not isinstance(name, str) or _ENV_NAME.fullmatch(name) is None:
         raise ResiliencyConfigError(plugin, field, name, "an environment variable name")
     if not isinstance(value, str) or any(c in value for c in "\n\r\0"):
-        raise ResiliencyConfigError(plugin, field, value, "a single-line string value for env var " + name)
+        raise ResiliencyConfigError(plugin, field or name, value, "a single-line string value for env var " + name)
     if is_slurm(executor) and not is_shell_word(value):
         raise ResiliencyConfigError(
             plugin,

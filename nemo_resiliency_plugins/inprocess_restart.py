@@ -248,7 +248,7 @@ class InProcessRestartPlugin(run.Plugin):
         return max(MB_DEFAULT_DISTRIBUTED_TIMEOUT_MINUTES, self.minimum_watchdog_minutes())
 
     def _apply_watchdog_rule(self, task: Any, name: str) -> list[task_config.Change]:
-        current = task_config.read_config_field(task, "dist", "distributed_timeout_minutes")
+        current = task_config.read_config_field(task, "dist", "distributed_timeout_minutes", plugin=name)
         if current is None:
             return task_config.set_config_fields(
                 task, "dist", {"distributed_timeout_minutes": self.watchdog_minutes()}, plugin=name
@@ -334,7 +334,7 @@ class InProcessRestartPlugin(run.Plugin):
                 ),
             )
         # PreemptionPlugin's other trace, executor.signal, exists only on run.SlurmExecutor, refused above.
-        if task_config.read_config_field(task, "train", "exit_signal_handler") is True:
+        if task_config.read_config_field(task, "train", "exit_signal_handler", plugin=type(self).__name__) is True:
             raise ResiliencyConfigError(
                 name,
                 None,

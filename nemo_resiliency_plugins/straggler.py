@@ -171,7 +171,7 @@ class StragglerDetectionPlugin(run.Plugin):
         )
 
     def _refuse_legacy_detector(self, task: Any, name: str) -> None:
-        legacy = task_config.read_config_field(task, "straggler", "log_straggler")
+        legacy = task_config.read_config_field(task, "straggler", "log_straggler", plugin=type(self).__name__)
         if legacy is True or (isinstance(legacy, str) and legacy.lower() == "true"):
             raise ResiliencyConfigError(
                 name,

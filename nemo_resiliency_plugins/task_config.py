@@ -129,21 +129,22 @@ def set_config_fields(
     return changes
 
 
-def read_config_field(task: run.Script | fdl.Buildable, section: str, field: str) -> Any:
+def read_config_field(task: run.Script | fdl.Buildable, section: str, field: str, *, plugin: str) -> Any:
     """The value the task already sets for ``section.field``, or None when the task does not set it.
 
-    Used by plugins to check cross-field rules (e.g. the NCCL watchdog against in-process timeouts).
+    Used by plugins to check cross-field rules (e.g. the NCCL watchdog against in-process timeouts). A
+    ``task.args`` that Hydra cannot parse is a ResiliencyConfigError naming ``plugin``.
     """
     if isinstance(task, run.Script):
         found = None
-        for override in script_overrides(task, plugin="read_config_field"):
+        for override in script_overrides(task, plugin=plugin):
             if override.key == f"{section}.{field}" and override.prefix != "~":
                 found = override.value
             elif override.key == section and isinstance(override.value, dict) and field in override.value:
                 found = override.value[field]
         return found
     if isinstance(task, fdl.Buildable):
-        container = _find_container(task, SECTIONS[section], plugin="read_config_field", required=False)
+        container = _find_container(task, SECTIONS[section], plugin=plugin, required=False)
         if container is None:
             return None
         current = _explicit(container, section)
