@@ -372,7 +372,7 @@ def slurm_time_limit_seconds(value: Any) -> int | None:
     """
     if value is None:
         return None
-    text = str(value).strip()
+    text = str(value)
     if text == "" or text.upper() in ("UNLIMITED", "INFINITE"):
         return None
     m = _SLURM_TIME.fullmatch(text)
@@ -410,14 +410,14 @@ nrp_trap_of() {
   nrp_t=${nrp_t% *}
   eval "printf '%s' $nrp_t"
 }
-# nrp_keep_function NAME: if the user defined a shell function NAME, keep it as nrp_user_NAME and print that
-# name; otherwise print "command NAME" (the program).
+# nrp_keep_function NAME VAR: if the user defined a shell function NAME, keep it as nrp_user_NAME and set VAR
+# to that name; otherwise set VAR to "command NAME" (the program). (Not in $(...): a subshell would lose it.)
 nrp_keep_function() {
   if declare -F "$1" >/dev/null; then
     eval "nrp_user_$1() $(declare -f "$1" | tail -n +2)"
-    printf 'nrp_user_%s' "$1"
+    printf -v "$2" 'nrp_user_%s' "$1"
   else
-    printf 'command %s' "$1"
+    printf -v "$2" 'command %s' "$1"
   fi
 }"""
 )
@@ -447,7 +447,7 @@ TORCHX_MAX_RETRIES=$(( TORCHX_MAX_RETRIES + 1 ))
 # user's setup_lines runs first (in a subshell, so that an `exit` in it cannot skip this one).
 NRP_USER_EXIT_TRAP=$(nrp_trap_of EXIT)
 trap '[ -z "$NRP_USER_EXIT_TRAP" ] || (eval "$NRP_USER_EXIT_TRAP"); [ "${exitcode:-0}" = 0 ] || exit "$exitcode"' EXIT
-NRP_SCONTROL=$(nrp_keep_function scontrol)
+nrp_keep_function scontrol NRP_SCONTROL
 scontrol() {
   if [ "${1:-}" = requeue ] && [ "${exitcode:-1}" = 0 ] && [ "${ANY_JOB_STEP_FAILED:-1}" = 0 ]; then
     if [ -z "${NRP_PREEMPTION_SIGNAL:-}" ]; then
@@ -523,7 +523,7 @@ nrp_forward_signal() {
 }
 # bash runs a trap only between commands, never while a foreground command runs: the template's srun runs
 # in the background here and is waited for (again after each trap), returning its own exit status.
-NRP_SRUN=$(nrp_keep_function srun)
+nrp_keep_function srun NRP_SRUN
 srun() {
   $NRP_SRUN "$@" &
   local nrp_srun=$! nrp_rc
