@@ -500,8 +500,34 @@ def plugins_for(target: str, overrides: dict[str, dict[str, Any]] | None = None)
     return lambda: recipe.build(**(overrides or {}))
 
 
-def main() -> None:
-    app()
+def main(argv: list[str] | None = None) -> None:
+    """The ``nemo-resiliency`` entry point.
+
+    Click's own usage errors (an unknown option, a missing argument, a value that is not a number) are
+    reported like the commands' errors: one line on stderr, exit code 2, instead of a usage banner.
+    """
+    try:  # typer >= 0.20 vendors click; older ones use click itself
+        from typer._click import exceptions as click_errors
+    except ImportError:  # pragma: no cover - depends on the installed typer
+        from click import exceptions as click_errors
+
+    command = typer.main.get_command(app)
+    try:
+        code = command.main(args=argv, prog_name="nemo-resiliency", standalone_mode=False)
+    except typer.Exit as done:
+        sys.exit(done.exit_code)
+    except click_errors.NoArgsIsHelpError as err:
+        console.print(err.format_message(), markup=False, highlight=False)
+        sys.exit(2)
+    except click_errors.UsageError as err:
+        where = err.ctx.command_path if err.ctx is not None else "nemo-resiliency"
+        text = " ".join(err.format_message().split())
+        err_console.print(f"{where}: error: {text} (see {where} --help)", markup=False)
+        sys.exit(2)
+    except (typer.Abort, KeyboardInterrupt):
+        err_console.print("nemo-resiliency: aborted", markup=False)
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":
