@@ -196,12 +196,28 @@ def _set_on_script(task: run.Script, section: Section, values: Mapping[str, Any]
     if section.optional:
         return _set_whole_section(task, args, overrides, section, values, plugin)
 
+    whole = [o for o in overrides if o.key == section.name]
+    for override in whole:
+        _refuse_section_removal(plugin, section, override, args[override.index])
     changes = []
     for field, value in values.items():
         key = f"{section.name}.{field}"
         mine = [o for o in overrides if o.key == key]
         for override in mine:
             _check_agrees(plugin, key, override, value, where="task.args")
+        for override in whole:  # section={...} carrying the field: it must agree too
+            if isinstance(override.value, dict) and field in override.value:
+                if not same_value(override.value[field], value):
+                    raise ResiliencyConfigError(
+                        plugin,
+                        key,
+                        value,
+                        detail=(
+                            f"task.args already has {args[override.index]!r}; {plugin} would set "
+                            f"{key}={format_value(value)}. Make them agree (a user value is never silently "
+                            "overwritten)"
+                        ),
+                    )
         if not mine:
             args.append(f"{key}={_script_safe(plugin, section.name, field, value)}")
             changes.append(Change(plugin, f"override {args[-1]}"))
@@ -224,16 +240,8 @@ def _set_whole_section(task, args, overrides, section: Section, values, plugin: 
         if override.key != section.name and not override.key.startswith(section.name + "."):
             continue
         shown = args[override.index]
-        # One rule for every way of saying "no such section": '~ft' deletes it and 'ft=null' sets it to None;
-        # both contradict a plugin that needs it, and neither is silently overridden.
-        if override.key == section.name and (override.prefix == "~" or override.value is None):
-            how = "deletes" if override.prefix == "~" else "sets to null"
-            raise ResiliencyConfigError(
-                plugin,
-                section.name,
-                shown,
-                detail=f"task.args {how} '{section.name}', which {plugin} needs; remove {shown!r} from task.args",
-            )
+        if override.key == section.name:
+            _refuse_section_removal(plugin, section, override, shown)
         if override.prefix == "~":
             raise ResiliencyConfigError(
                 plugin, override.key, shown, detail=f"task.args deletes '{override.key}', which {plugin} sets"
@@ -277,6 +285,22 @@ def _set_whole_section(task, args, overrides, section: Section, values, plugin: 
     ]
     task.args = [a for i, a in enumerate(args) if i not in drop] + new
     return [Change(plugin, "override " + " ".join(new))]
+
+
+def _refuse_section_removal(plugin: str, section: Section, override: Override, shown: str) -> None:
+    """One rule for every way of saying "no such section": ``~ft`` deletes it and ``ft=null`` sets it to None.
+
+    Both contradict a plugin that needs the section, so both are refused (never silently overridden), for
+    sections Megatron Bridge creates (``train``) and those it leaves None (``ft``) alike.
+    """
+    if override.prefix == "~" or override.value is None:
+        how = "deletes" if override.prefix == "~" else "sets to null"
+        raise ResiliencyConfigError(
+            plugin,
+            section.name,
+            shown,
+            detail=f"task.args {how} '{section.name}', which {plugin} needs; remove {shown!r} from task.args",
+        )
 
 
 def _script_safe(plugin: str, section: str, field: str, value: Any) -> str:

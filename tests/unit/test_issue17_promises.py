@@ -155,6 +155,19 @@ def test_7_removing_the_section_is_refused_whichever_way_it_is_written(arg):
     assert arg in str(info.value)
 
 
+@pytest.mark.parametrize("arg", ["train=null", "~train"])
+def test_7_the_same_rule_for_sections_megatron_bridge_always_creates(arg):
+    with pytest.raises(ResiliencyConfigError) as info:
+        add_job(script("checkpoint.save=/ckpt", arg), local(), [PreemptionPlugin()])
+    assert info.value.plugin == "PreemptionPlugin" and info.value.field == "train"
+
+
+def test_7_a_whole_section_override_that_disagrees_is_refused():
+    with pytest.raises(ResiliencyConfigError) as info:
+        add_job(script("checkpoint.save=/ckpt", "train={exit_signal_handler:false}"), local(), [PreemptionPlugin()])
+    assert info.value.field == "train.exit_signal_handler"
+
+
 # --------------------------------------------------------------------------- 8. Hydra's parser, both ways
 
 
