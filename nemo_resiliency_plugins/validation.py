@@ -166,11 +166,6 @@ class Checker:
         if not isinstance(value, str) or value.upper() not in names:
             self.fail(field, value, "a signal that ends a process: one of " + ", ".join(names))
 
-    def shell_word(self, field: str, value: Any, *, what: str = "a value") -> None:
-        """A string that reaches a shell line unquoted: only characters shlex.quote leaves alone."""
-        if not is_shell_word(value):
-            self.fail(field, value, f"{what} made of {SHELL_WORD_TEXT}")
-
     def log_level(self, field: str, value: Any) -> None:
         if not isinstance(value, str) or value.upper() not in LOG_LEVELS:
             self.fail(field, value, "one of " + ", ".join(LOG_LEVELS))

@@ -5,11 +5,9 @@ Everything goes through the real NeMo-Run (Experiment.add runs the plugins; dry 
 
 from __future__ import annotations
 
-import os
-import signal
+import dataclasses
 import subprocess
 import sys
-from pathlib import Path
 
 import nemo_run as run
 import pytest
@@ -354,8 +352,13 @@ def test_19_a_users_non_default_retries_is_never_overwritten(tmp_path):
 def test_retries_claim_is_not_serialized(tmp_path):
     """The record of which plugin set retries lives outside the executor's fields (NeMo-Run serializes those)."""
     job = add_job(script(), slurm(tmp_path), [FaultTolerancePlugin()])
-    import dataclasses
-
     assert "_nrp_claims" not in {f.name for f in dataclasses.fields(job.executor)}
-    assert signal.SIGTERM  # (module imported for the signal tests above)
-    assert Path(os.devnull).exists()
+    assert job.executor.__dict__["_nrp_claims"]["retries"] == (2, "FaultTolerancePlugin.num_job_retries_on_failure")
+
+
+def test_3_doctor_turns_an_override_hydra_rejects_into_a_fail_check():
+    from nemo_resiliency_plugins.doctor import check_job
+
+    checks = check_job(script("checkpoint.save='/ckpt"), local(), [])
+    assert [(c.verdict, c.name) for c in checks] == [("FAIL", "task.args parse with Hydra's override parser")]
+    assert "checkpoint.save='/ckpt" in checks[0].detail
