@@ -313,6 +313,26 @@ def test_slurm_time_limit(value):
     _accept_or_refuse(build, local=False)
 
 
+@SETTINGS
+@given(value=st.one_of(hostile, _near("B:TERM@60")))
+def test_slurm_signal_the_user_already_set(value):
+    def build(root):
+        return [PreemptionPlugin(), FaultTolerancePlugin()], _task(), {"signal": value}
+
+    outcome = _accept_or_refuse(build, local=False)
+    if value == "B:TERM@60":
+        assert outcome == "accepted"
+
+
+@SETTINGS
+@given(value=st.one_of(hostile, _near("torchrun")))
+def test_launcher_name_the_user_already_set(value):
+    def build(root):
+        return [FaultTolerancePlugin()], _task(), {"launcher": value}
+
+    _accept_or_refuse(build, local=False)
+
+
 # ----------------------------------------------------------------------------- the cases of issue 17, named
 
 
