@@ -129,3 +129,10 @@ def test_the_installed_entry_point_reports_a_typo_on_stderr():
     )
     assert out.returncode == 2
     assert out.stderr.strip().startswith("nemo-resiliency doctor: error: unknown recipe 'local-smok'"), out.stderr
+
+
+def test_help_still_works_and_no_arguments_show_it(capsys):
+    code, out, _ = call(capsys, "doctor", "--help")
+    assert code == 0 and "Usage: nemo-resiliency doctor" in out
+    code, out, _ = call(capsys)
+    assert code == 2 and "Usage: nemo-resiliency" in out
