@@ -8,25 +8,97 @@
 
 Every command takes ``--json`` for CI. ``explain`` and ``doctor`` launch nothing: they use NeMo-Run's own
 ``Experiment.add`` and dry run.
+
+Errors: every bad argument (an unknown recipe or executor, a missing or foreign experiment directory, a bad
+number or time, a malformed ``--set``) ends the command with exit code 2 and one line on stderr,
+``nemo-resiliency <command>: error: <what was wrong>``; never a traceback, never silence. Stdout is
+redirected while NeMo-Run runs (its banners), so errors go to stderr, which stays visible.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import io
 import json
 import logging
+import math
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Resiliency recipes for NeMo-Run + Megatron Bridge.")
 console = Console()
+# Errors go to stderr: stdout is redirected while NeMo-Run runs, and a script piping stdout still sees them.
+err_console = Console(stderr=True, soft_wrap=True, highlight=False)
+
+
+class UsageError(Exception):
+    """A bad command-line argument, with the message to show (one line)."""
+
+
+def _fail(command: str, message: str, code: int = 2) -> None:
+    text = " ".join(str(message).split())  # one line, whatever the message held
+    err_console.print(f"nemo-resiliency {command}: error: {text}", markup=False)
+    raise typer.Exit(code)
+
+
+def _guarded(command: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Turn any error escaping a command into one stderr line and exit code 2.
+
+    ResiliencyConfigError and UsageError are expected (a bad value, a bad argument); anything else is
+    reported the same way with its type, so a user never gets a traceback from this CLI.
+    """
+
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def run_guarded(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except (typer.Exit, typer.Abort, KeyboardInterrupt):
+                raise
+            except UsageError as err:
+                _fail(command, str(err))
+            except Exception as err:  # noqa: BLE001 - the CLI's promise: one line, never a traceback
+                from nemo_resiliency_plugins.errors import ResiliencyConfigError
+
+                text = str(err) if isinstance(err, ResiliencyConfigError) else f"{type(err).__name__}: {err}"
+                _fail(command, text)
+
+        return run_guarded
+
+    return wrap
+
+
+def _positive(option: str, value: float | int | None, *, integer: bool = False) -> None:
+    """``--step-time``, ``--save-time``, ``--nodes``...: None (not given) or a finite number > 0."""
+    if value is None:
+        return
+    if (isinstance(value, float) and not math.isfinite(value)) or value <= 0:
+        raise UsageError(f"{option} {value!r}: expected a {'whole ' if integer else ''}number greater than 0")
+
+
+def _slurm_time(option: str, value: str) -> None:
+    from nemo_resiliency_plugins.executor_config import slurm_time_limit_seconds
+
+    try:
+        slurm_time_limit_seconds(value)
+    except ValueError:
+        raise UsageError(
+            f"{option} {value!r}: expected a Slurm time limit such as '04:00:00', '90', '1-00:00:00' or 'UNLIMITED'"
+        ) from None
+
+
+def _executor_kind(value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise UsageError(f"--executor {value!r}: expected one of {', '.join(allowed)}")
 
 
 @contextlib.contextmanager
@@ -50,8 +122,7 @@ def _recipe(name: str):
     from nemo_resiliency_plugins.recipes import RECIPES
 
     if name not in RECIPES:
-        console.print(f"[red]unknown recipe {name!r}[/red]; known: {', '.join(RECIPES)}")
-        raise typer.Exit(2)
+        raise UsageError(f"unknown recipe {name!r}: expected one of {', '.join(RECIPES)} (nemo-resiliency list)")
     return RECIPES[name]
 
 
@@ -60,6 +131,7 @@ def _fields(plugin: Any) -> dict[str, Any]:
 
 
 @app.command("list")
+@_guarded("list")
 def list_(json_out: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """Recipes with one-line descriptions."""
     from nemo_resiliency_plugins.recipes import list_recipes
@@ -82,17 +154,13 @@ def list_(json_out: bool = typer.Option(False, "--json", help="Machine-readable 
 
 
 @app.command()
+@_guarded("show")
 def show(name: str, json_out: bool = typer.Option(False, "--json")) -> None:
     """The plugins of a recipe, every field and its value, and what each plugin changes."""
     recipe = _recipe(name)
-    from nemo_resiliency_plugins.errors import ResiliencyConfigError
     from nemo_resiliency_plugins.explain import explain, make_executor, make_task
 
-    try:
-        plugins = recipe.build()
-    except ResiliencyConfigError as err:
-        console.print(f"[red]{err}[/red]")
-        raise typer.Exit(1) from err
+    plugins = recipe.build()
     with _quiet():
         result = explain(plugins, make_task(), make_executor(recipe.executors[0]), executor_kind=recipe.executors[0])
     data = {
@@ -128,6 +196,7 @@ def show(name: str, json_out: bool = typer.Option(False, "--json")) -> None:
 
 
 @app.command()
+@_guarded("explain")
 def explain(
     name: str,
     executor: str = typer.Option("local", "--executor", "-e", help="local | slurm | docker"),
@@ -141,10 +210,17 @@ def explain(
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Dry run: what each plugin changes, the timeout chain, and the final launch command."""
-    recipe = _recipe(name)
+    from nemo_resiliency_plugins.explain import EXECUTOR_KINDS, make_executor, make_task
     from nemo_resiliency_plugins.explain import explain as do_explain
-    from nemo_resiliency_plugins.explain import make_executor, make_task
     from nemo_resiliency_plugins.timeout_chain import timeout_chain
+
+    _executor_kind(executor, EXECUTOR_KINDS)
+    _positive("--nodes", nodes, integer=True)
+    _positive("--ntasks-per-node", ntasks_per_node, integer=True)
+    _slurm_time("--time", time)
+    _positive("--step-time", step_time)
+    _positive("--save-time", save_time)
+    recipe = _recipe(name)
 
     plugins = recipe.build()
     with _quiet():
@@ -168,14 +244,21 @@ def explain(
             console.print(f"  [red]refused: {effect.error}[/red]")
     _print_chain(chain)
     cfg_path = result.env.get("PET_FT_CFG_PATH")
+    # Files and scripts are written verbatim (rich would hard-wrap them at the console width when stdout is
+    # not a terminal, and a wrapped sbatch script is not valid bash).
     if cfg_path and os.path.exists(cfg_path):
         console.rule(f"ft_launcher config file ({cfg_path})")
         with open(cfg_path) as handle:
-            console.print(handle.read(), markup=False, highlight=False)
+            _verbatim(handle.read())
     if result.command:
         console.rule("launch command" + (" (sbatch script)" if executor == "slurm" else ""))
-        console.print(result.command, markup=False, highlight=False)
+        _verbatim(result.command)
     raise typer.Exit(1 if refused else 0)
+
+
+def _verbatim(text: str) -> None:
+    console.file.write(text if text.endswith("\n") else text + "\n")
+    console.file.flush()
 
 
 def _print_chain(chain: list) -> None:
@@ -189,6 +272,7 @@ def _print_chain(chain: list) -> None:
 
 
 @app.command()
+@_guarded("doctor")
 def doctor(
     target: str = typer.Argument(..., help="An experiment directory NeMo-Run saved, or a recipe name."),
     executor: str = typer.Option("local", "--executor", "-e", help="With a recipe name: local | slurm"),
@@ -199,17 +283,26 @@ def doctor(
 ) -> None:
     """Why does training hang / why did fault tolerance not trigger? A verdict per check; exit 1 on FAIL."""
     from nemo_resiliency_plugins import doctor as doc
+    from nemo_resiliency_plugins.errors import ResiliencyConfigError
 
+    _positive("--step-time", step_time)
+    _positive("--save-time", save_time)
+    results: list[list[Any]] = []
     with _quiet():
-        if os.path.isdir(target):
+        if _looks_like_path(target):
             jobs = doc.jobs_from_experiment_dir(target)
         else:
             recipe = _recipe(target)
             from nemo_resiliency_plugins.explain import make_executor, make_task
 
+            _executor_kind(executor, ("local", "slurm"))
             plugins = recipe.build()
-            jobs = [(*_applied(make_task(), make_executor(executor), plugins), plugins)]
-        results = []
+            try:
+                jobs = [(*_applied(make_task(), make_executor(executor), plugins), plugins)]
+            except ResiliencyConfigError as err:
+                # A plugin refused this job (e.g. ft_launcher not on this host's PATH): a finding, not a crash.
+                jobs = []
+                results.append([doc.Check("plugins set up the job", "FAIL", str(err))])
         for task, exe, plugins in jobs:
             results.append(
                 doc.check_job(
@@ -226,12 +319,17 @@ def doctor(
             table.add_column(column)
         colors = {"pass": "green", "FAIL": "red", "warn": "yellow", "n/a": "dim"}
         for check in checks:
-            table.add_row(check.name, f"[{colors[check.verdict]}]{check.verdict}[/]", check.detail)
+            table.add_row(escape(check.name), f"[{colors[check.verdict]}]{check.verdict}[/]", escape(check.detail))
         console.print(table)
         console.print(
             "[green]no problem found[/green]" if summary["ok"] else f"[red]{summary['failed']} check(s) failed[/red]"
         )
     raise typer.Exit(0 if summary["ok"] else 1)
+
+
+def _looks_like_path(target: str) -> bool:
+    """An existing directory, or something only a path would look like (recipe names have no '/' or '.')."""
+    return os.path.isdir(target) or os.sep in target or target.startswith(("~", "."))
 
 
 def _applied(task: Any, executor: Any, plugins: list[Any]) -> tuple[Any, Any]:
@@ -252,9 +350,13 @@ def _parse_sets(sets: list[str]) -> dict[str, dict[str, Any]]:
         key, sep, raw = item.partition("=")
         plugin, dot, name = key.partition(".")
         if not sep or not dot or not plugin or not name:
-            console.print(f"[red]--set {item!r}[/red]: expected Plugin.field=value")
-            raise typer.Exit(2)
-        overrides.setdefault(plugin, {})[name] = yaml.safe_load(raw)
+            raise UsageError(f"--set {item!r}: expected Plugin.field=value")
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError as err:
+            problem = getattr(err, "problem", None) or type(err).__name__
+            raise UsageError(f"--set {item!r}: the value is not valid YAML ({problem})") from None
+        overrides.setdefault(plugin, {})[name] = value
     return overrides
 
 
@@ -263,6 +365,7 @@ _SET_OPTION = typer.Option(None, "--set", help="Override a recipe field: Plugin.
 
 
 @app.command()
+@_guarded("rehearse")
 def rehearse(
     name: str = typer.Argument(
         ..., help="A recipe name (nemo-resiliency list), or an experiment directory NeMo-Run saved (its plugins)."
@@ -281,8 +384,12 @@ def rehearse(
     from nemo_resiliency_plugins.rehearse import rehearse as do_rehearse
     from nemo_resiliency_plugins.rehearse import write_timeline
 
+    _positive("--ranks", ranks, integer=True)
+    _positive("--step-time", step_time)
+    _positive("--save-time", save_time)
     overrides = _parse_sets(sets or [])
     build = plugins_for(name, overrides)
+    build()  # a bad --set or recipe field fails here, before anything runs
     try:
         with _quiet():
             report = do_rehearse(
@@ -295,8 +402,7 @@ def rehearse(
                 progress=lambda line: print(line, file=sys.stderr, flush=True),
             )
     except ResiliencyConfigError as err:  # bad --faults / --ranks
-        console.print(f"[red]{err}[/red]")
-        raise typer.Exit(2) from err
+        _fail("rehearse", str(err))
     png = None
     if timeline:
         png = write_timeline(report, timeline)
@@ -379,25 +485,49 @@ def plugins_for(target: str, overrides: dict[str, dict[str, Any]] | None = None)
     ``exp.dryrun(delete_exp_dir=False)``) keeps the plugin instances of every job: the user's own settings,
     exactly as their experiment script attached them.
     """
-    if os.path.isdir(target):
+    if _looks_like_path(target):
         if overrides:
-            console.print("[red]--set applies to recipes; edit the experiment's plugins instead[/red]")
-            raise typer.Exit(2)
+            raise UsageError("--set applies to recipes; edit the experiment's plugins instead")
         from nemo_resiliency_plugins.doctor import jobs_from_experiment_dir
 
         with _quiet():
             jobs = jobs_from_experiment_dir(target)
         plugins = next((p for _, _, p in jobs if p), None)
         if not plugins:
-            console.print(f"[red]no job in {target} has plugins attached[/red]")
-            raise typer.Exit(2)
+            raise UsageError(f"no job in {target} has plugins attached")
         return lambda: list(plugins)
     recipe = _recipe(target)
     return lambda: recipe.build(**(overrides or {}))
 
 
-def main() -> None:
-    app()
+def main(argv: list[str] | None = None) -> None:
+    """The ``nemo-resiliency`` entry point.
+
+    Click's own usage errors (an unknown option, a missing argument, a value that is not a number) are
+    reported like the commands' errors: one line on stderr, exit code 2, instead of a usage banner.
+    """
+    try:  # typer >= 0.20 vendors click; older ones use click itself
+        from typer._click import exceptions as click_errors
+    except ImportError:  # pragma: no cover - depends on the installed typer
+        from click import exceptions as click_errors
+
+    command = typer.main.get_command(app)
+    try:
+        code = command.main(args=argv, prog_name="nemo-resiliency", standalone_mode=False)
+    except typer.Exit as done:
+        sys.exit(done.exit_code)
+    except click_errors.NoArgsIsHelpError as err:
+        console.print(err.format_message(), markup=False, highlight=False)
+        sys.exit(2)
+    except click_errors.UsageError as err:
+        where = err.ctx.command_path if err.ctx is not None else "nemo-resiliency"
+        text = " ".join(err.format_message().split())
+        err_console.print(f"{where}: error: {text} (see {where} --help)", markup=False)
+        sys.exit(2)
+    except (typer.Abort, KeyboardInterrupt):
+        err_console.print("nemo-resiliency: aborted", markup=False)
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

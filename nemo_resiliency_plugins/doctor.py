@@ -19,7 +19,8 @@ import nemo_run as run
 from nemo_run.core.execution.launcher import FaultTolerance, Torchrun
 
 from nemo_resiliency_plugins import nvrx_launcher
-from nemo_resiliency_plugins.hydra_overrides import find_overrides, parse_value
+from nemo_resiliency_plugins.errors import ResiliencyConfigError
+from nemo_resiliency_plugins.hydra_overrides import OverrideSyntaxError, find_overrides
 from nemo_resiliency_plugins.timeout_chain import timeout_chain
 
 # A computed section timeout below this is almost certainly measured on a toy run (NVRx multiplies the
@@ -45,23 +46,25 @@ def _task_ft_enabled(task: Any) -> bool | None:
     if isinstance(task, run.Script):
         value = None
         for o in find_overrides(task.args):
-            if o.key == "ft.enable_ft_package" and o.raw_value is not None:
-                value = parse_value(o.raw_value)
+            if o.key == "ft.enable_ft_package" and o.prefix != "~":
+                value = o.value
+            elif o.key == "ft" and isinstance(o.value, dict) and "enable_ft_package" in o.value:
+                value = o.value["enable_ft_package"]
         return value
     from nemo_resiliency_plugins.task_config import read_config_field
 
-    return read_config_field(task, "ft", "enable_ft_package")
+    return read_config_field(task, "ft", "enable_ft_package", plugin="doctor")
 
 
 def _checkpoint_dir(task: Any) -> str | None:
     if isinstance(task, run.Script):
         for o in find_overrides(task.args):
-            if o.key == "checkpoint.save" and o.raw_value:
-                return str(parse_value(o.raw_value))
+            if o.key == "checkpoint.save" and isinstance(o.value, str) and o.value:
+                return o.value
         return None
     from nemo_resiliency_plugins.task_config import read_config_field
 
-    value = read_config_field(task, "checkpoint", "save")
+    value = read_config_field(task, "checkpoint", "save", plugin="doctor")
     return str(value) if value else None
 
 
@@ -90,7 +93,16 @@ def check_job(
     step_time_s: float | None = None,
     save_time_s: float | None = None,
 ) -> list[Check]:
-    """All checks for one job (task + executor after plugins)."""
+    """All checks for one job (task + executor after plugins).
+
+    A task whose overrides Hydra cannot parse gets one FAIL saying so (the job would fail on it at start):
+    the other checks read those overrides.
+    """
+    if isinstance(task, run.Script):
+        try:
+            find_overrides(task.args)
+        except OverrideSyntaxError as err:
+            return [Check("task.args parse with Hydra's override parser", "FAIL", str(err))]
     plugins = list(plugins or [])
     checks: list[Check] = []
     launcher = executor.launcher
@@ -219,15 +231,12 @@ def check_job(
 
 
 def _nccl_timeout_s(task: Any) -> float | None:
-    if isinstance(task, run.Script):
-        for o in find_overrides(task.args):
-            if o.key == "dist.distributed_timeout_minutes" and o.raw_value:
-                return float(parse_value(o.raw_value)) * 60
-        return None
     from nemo_resiliency_plugins.task_config import read_config_field
+    from nemo_resiliency_plugins.validation import is_finite_number
 
-    value = read_config_field(task, "dist", "distributed_timeout_minutes")
-    return float(value) * 60 if value is not None else None
+    value = read_config_field(task, "dist", "distributed_timeout_minutes", plugin="doctor")
+    # null, a string or a non-finite number is "unknown" here; the plugins that need it refuse it themselves.
+    return float(value) * 60 if is_finite_number(value) else None
 
 
 def _flag_checks(task: Any, executor: Any) -> list[Check]:
@@ -301,10 +310,22 @@ def _ft_state_checks(path: Path, save_time_s: float | None) -> list[Check]:
 
 
 def jobs_from_experiment_dir(exp_dir: str) -> list[tuple[Any, Any, list[Any]]]:
-    """(task, executor, plugins) of every job NeMo-Run saved in ``exp_dir`` (already set up by plugins)."""
+    """(task, executor, plugins) of every job NeMo-Run saved in ``exp_dir`` (already set up by plugins).
+
+    A directory that is not one NeMo-Run saved (no ``_CONFIG``, too shallow to be
+    ``<home>/experiments/<title>/<id>``, or a config NeMo-Run cannot load) is a :class:`ResiliencyConfigError`
+    naming it, never a traceback from NeMo-Run's loader.
+    """
     from nemo_run import config as nemo_run_config
 
     exp_dir = os.path.abspath(exp_dir)
+    allowed = "an experiment directory NeMo-Run saved ($NEMORUN_HOME/experiments/<title>/<id>, with a _CONFIG file)"
+    if not os.path.isdir(exp_dir):
+        raise ResiliencyConfigError("nemo-resiliency", "EXPERIMENT_DIR", exp_dir, allowed, detail="no such directory")
+    if len(Path(exp_dir).parents) < 3 or not os.path.isfile(os.path.join(exp_dir, run.Experiment._CONFIG_FILE)):
+        raise ResiliencyConfigError(
+            "nemo-resiliency", "EXPERIMENT_DIR", exp_dir, allowed, detail="this directory is not one"
+        )
     # NeMo-Run rebuilds the experiment under $NEMORUN_HOME/experiments/<title>/<id>; an experiment made with
     # another base_dir is found by pointing that home at the directory three levels up for the duration.
     saved = nemo_run_config.get_nemorun_home()
@@ -312,6 +333,14 @@ def jobs_from_experiment_dir(exp_dir: str) -> list[tuple[Any, Any, list[Any]]]:
     try:
         exp = run.Experiment._from_config(exp_dir)
         return [(_task_of(job.task), job.executor, list(job.plugins or [])) for job in exp.jobs]
+    except Exception as err:  # NeMo-Run's loader: a broken or foreign _CONFIG
+        raise ResiliencyConfigError(
+            "nemo-resiliency",
+            "EXPERIMENT_DIR",
+            exp_dir,
+            allowed,
+            detail=f"NeMo-Run cannot load it ({type(err).__name__}: {err})",
+        ) from None
     finally:
         nemo_run_config.set_nemorun_home(saved)
 

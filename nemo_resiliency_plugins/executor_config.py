@@ -21,9 +21,14 @@ from nemo_run.config import get_nemorun_home
 from nemo_run.core.execution.launcher import FaultTolerance, Launcher, Torchrun
 
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
+from nemo_resiliency_plugins.validation import SHELL_WORD_TEXT, is_shell_word
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_UNSAFE_IN_FILE_PATH = re.compile(r"[\n\r\0'\"$`;\\ ]")
+# Used with re.fullmatch only (``$`` would accept a trailing newline).
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_FILE_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+#: NeMo-Run's job-retry count reaches bash arithmetic (``$(( TORCHX_MAX_RETRIES + 1 ))``, ``-eq``), which is
+#: 64-bit: far below any overflow, and far above any sensible number of Slurm requeues.
+MAX_JOB_RETRIES = 1_000_000
 
 
 def is_slurm(executor: Any) -> bool:
@@ -35,11 +40,25 @@ def executor_kind(executor: Any) -> str:
 
 
 def set_env(task: Any, executor: Any, name: str, value: str, *, plugin: str, field: str | None = None) -> None:
-    """Set ``name=value`` in the job's environment unless the user set it to something else."""
-    if not _ENV_NAME.match(name):
+    """Set ``name=value`` in the job's environment unless the user set it to something else.
+
+    On Slurm, NeMo-Run writes every env var into the sbatch script as ``export NAME=value`` *without quotes*,
+    so a value is accepted there only when bash reads it as exactly itself (:data:`validation.SHELL_WORD`):
+    a ``(``, ``&``, tab or ``|`` would run part of it as a command, in a background subshell, or make the
+    script unparsable, and ft_launcher would silently get no config.
+    """
+    if not isinstance(name, str) or _ENV_NAME.fullmatch(name) is None:
         raise ResiliencyConfigError(plugin, field, name, "an environment variable name")
     if not isinstance(value, str) or any(c in value for c in "\n\r\0"):
-        raise ResiliencyConfigError(plugin, field, value, "a single-line string value for env var " + name)
+        raise ResiliencyConfigError(plugin, field or name, value, "a single-line string value for env var " + name)
+    if is_slurm(executor) and not is_shell_word(value):
+        raise ResiliencyConfigError(
+            plugin,
+            field or name,
+            value,
+            f"a value made of {SHELL_WORD_TEXT}",
+            detail=f"NeMo-Run writes 'export {name}=<value>' into the sbatch script without quotes",
+        )
     sources = [("executor.env_vars", executor.env_vars)]
     if isinstance(task, run.Script) and task.env:
         sources.append(("task.env", task.env))
@@ -83,10 +102,43 @@ def default_launcher(executor: Any, launcher: str) -> bool:
     return False
 
 
+# Values a plugin of this package wrote on an executor, so a second plugin can tell them from NeMo-Run's
+# defaults: {executor field: (value, "Plugin.field")}. Stored on the executor object itself (which NeMo-Run
+# clones per job before plugins run), outside its dataclass fields, so it is never serialized.
+_CLAIMS_ATTR = "_nrp_claims"
+
+
+def _claims(executor: Any) -> dict[str, tuple[Any, str]]:
+    claims = executor.__dict__.get(_CLAIMS_ATTR)
+    if claims is None:
+        claims = {}
+        executor.__dict__[_CLAIMS_ATTR] = claims
+    return claims
+
+
 def set_retries(executor: Any, retries: int, *, plugin: str, field: str) -> None:
-    """Job-level retries (Slurm requeues); 0 on the executor means 'not set by the user'."""
+    """Job-level retries (Slurm requeues).
+
+    What "never silently overwritten" means for a value NeMo-Run cannot tell from its default: the executor's
+    ``retries`` defaults to 0, so ``retries=0`` written by the user and no ``retries`` at all look the same on
+    the executor, and both are read as "not set": the plugin's ``num_job_retries_on_failure`` applies. To
+    have no job retries, set ``num_job_retries_on_failure=0`` on the plugin. Any other executor value the
+    plugin's disagrees with is an error. Between plugins nothing is ambiguous: the value a plugin set is
+    recorded, so two plugins asking for different retries (0 and 2 included) is an error naming both.
+    """
+    if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= MAX_JOB_RETRIES:
+        raise ResiliencyConfigError(plugin, field, retries, f"an integer in [0, {MAX_JOB_RETRIES}]")
+    claims = _claims(executor)
+    if "retries" in claims and claims["retries"][0] != retries:
+        value, who = claims["retries"]
+        raise ResiliencyConfigError(
+            plugin,
+            field,
+            retries,
+            detail=f"{who}={value} already set the executor's retries; make the two plugins agree or remove one",
+        )
     current = getattr(executor, "retries", 0) or 0
-    if current not in (0, retries):
+    if "retries" not in claims and current not in (0, retries):
         raise ResiliencyConfigError(
             plugin,
             field,
@@ -94,6 +146,7 @@ def set_retries(executor: Any, retries: int, *, plugin: str, field: str) -> None
             detail=f"the executor already has retries={current}; set {plugin}.{field}={current} or remove one",
         )
     executor.retries = retries
+    claims["retries"] = (retries, f"{plugin}.{field}")
 
 
 def set_slurm_field(executor: Any, name: str, value: Any, *, plugin: str, field: str) -> None:
@@ -108,14 +161,27 @@ def set_slurm_field(executor: Any, name: str, value: Any, *, plugin: str, field:
     setattr(executor, name, value)
 
 
-def install_ft_launcher(executor: Any, wanted: FaultTolerance, *, plugin: str) -> FaultTolerance:
+def install_ft_launcher(
+    executor: Any, wanted: FaultTolerance, *, plugin: str, must_stay_unset: dict[str, str] | None = None
+) -> FaultTolerance:
     """Make ``executor.launcher`` NVRx's ft_launcher with ``wanted``'s settings.
 
     A plain torchrun launcher (``"torchrun"``, ``run.Torchrun``) is upgraded, keeping its rendezvous and
     nsys settings. An existing ``run.FaultTolerance`` keeps its values, and any that contradict ``wanted``
-    are reported.
+    are reported. ``must_stay_unset`` names launcher fields (with the reason) that the plugin leaves unset on
+    purpose: a user's value there would reach ft_launcher and is refused rather than passed on.
     """
     current = executor.launcher
+    for name, why in (must_stay_unset or {}).items():
+        theirs = getattr(current, name, None) if isinstance(current, FaultTolerance) else None
+        if theirs is not None:
+            raise ResiliencyConfigError(
+                plugin,
+                f"executor.launcher.{name}",
+                theirs,
+                "None (unset)",
+                detail=f"the executor's run.FaultTolerance launcher sets {name}={theirs!r}, and {why}",
+            )
     if isinstance(current, str):
         if current not in ("torchrun", "ft"):
             raise ResiliencyConfigError(
@@ -172,7 +238,7 @@ def deliver_file(executor: Any, name: str, content: str, *, plugin: str) -> str:
       directory before ``srun`` (appended to ``executor.setup_lines`` as a quoted heredoc, so nothing in it
       is expanded). Inside a container the job directory is mounted at ``/nemo_run``.
     """
-    if not re.match(r"^[A-Za-z0-9_.-]+$", name):
+    if _FILE_NAME.fullmatch(name) is None:
         raise ResiliencyConfigError(plugin, None, detail=f"internal: bad file name {name!r}")
     digest = hashlib.sha256(content.encode()).hexdigest()[:12]
     filename = f"{digest}-{name}"
@@ -187,14 +253,8 @@ def deliver_file(executor: Any, name: str, content: str, *, plugin: str) -> str:
         return str(path)
     if is_slurm(executor):
         host_dir = os.path.join(executor.tunnel.job_dir, Path(executor.job_dir).name)
-        if _UNSAFE_IN_FILE_PATH.search(host_dir):
-            raise ResiliencyConfigError(
-                plugin,
-                "executor.tunnel.job_dir",
-                host_dir,
-                "a job directory without spaces, quotes, '$', '`', ';' or backslashes",
-            )
         host_path = os.path.join(host_dir, filename)
+        _check_job_path(executor, host_path, plugin=plugin)
         marker = "NRP_FILE_EOF"
         if any(line.strip() == marker for line in content.splitlines()):
             raise ResiliencyConfigError(plugin, None, detail="internal: file content contains the heredoc marker")
@@ -217,6 +277,37 @@ def deliver_file(executor: Any, name: str, content: str, *, plugin: str) -> str:
         detail=(
             f"{plugin} must hand ft_launcher a config file (section timeouts), and there is no supported way to "
             f"ship one with a {executor_kind(executor)} job yet"
+        ),
+    )
+
+
+def _check_job_path(executor: Any, host_path: str, *, plugin: str) -> None:
+    """The job directory goes into ``export PET_FT_CFG_PATH=<path>`` (NeMo-Run does not quote it): it must be
+    a plain shell word. When it is not, name the part to rename: the tunnel's ``job_dir``, the experiment
+    title, or the task's name in ``exp.add(..., name=...)``."""
+    if is_shell_word(host_path):
+        return
+    task_name = Path(executor.job_dir).name
+    exp_id = os.path.basename(executor.tunnel.job_dir.rstrip("/"))
+    title = os.path.basename(os.path.dirname(executor.tunnel.job_dir.rstrip("/")))
+    base = os.path.dirname(os.path.dirname(executor.tunnel.job_dir.rstrip("/")))
+    parts = (
+        ("task name", task_name, "the task's name (exp.add(..., name=...))"),
+        ("experiment title", title, "the experiment's title (run.Experiment(title))"),
+        ("experiment id", exp_id, "the experiment's id"),
+        ("executor.tunnel.job_dir", base, "the tunnel's job_dir"),
+    )
+    field, part, what = next(
+        (p for p in parts if not is_shell_word(p[1])), ("executor.tunnel.job_dir", host_path, "the job directory")
+    )
+    raise ResiliencyConfigError(
+        plugin,
+        field,
+        part,
+        f"a name made of {SHELL_WORD_TEXT}",
+        detail=(
+            f"rename {what}: it is part of the job directory {host_path!r}, which NeMo-Run writes unquoted into "
+            "the sbatch script (export PET_FT_CFG_PATH=...)"
         ),
     )
 
@@ -269,36 +360,74 @@ def check_script_entrypoint(task: Any, *, plugin: str) -> None:
 
 # ------------------------------------------------------------------------------------- Slurm time limit
 
-_SLURM_TIME = re.compile(r"^(?:(?P<d>\d+)-)?(?P<a>\d+)(?::(?P<b>\d+))?(?::(?P<c>\d+))?$")
+_SLURM_TIME = re.compile(r"(?:(?P<d>\d+)-)?(?P<a>\d+)(?::(?P<b>\d+))?(?::(?P<c>\d+))?")
 
 
 def slurm_time_limit_seconds(value: Any) -> int | None:
-    """Seconds in a Slurm ``--time`` value; None for no limit (``UNLIMITED``/``INFINITE``, empty).
+    """Seconds in a Slurm ``--time`` value; None for no limit (``UNLIMITED``/``INFINITE``, empty, or ``0``:
+    "a time limit of zero requests that no time limit be imposed", sbatch(1)).
 
     Slurm's forms: ``M``, ``M:S``, ``H:M:S``, ``D-H``, ``D-H:M``, ``D-H:M:S``. Raises ``ValueError`` for
     anything else, so a plugin can report the executor's value instead of guessing.
     """
     if value is None:
         return None
-    text = str(value).strip()
+    text = str(value)
     if text == "" or text.upper() in ("UNLIMITED", "INFINITE"):
         return None
-    m = _SLURM_TIME.match(text)
+    m = _SLURM_TIME.fullmatch(text)
     if not m:
         raise ValueError(f"not a Slurm time limit: {value!r}")
     d, a, b, c = (int(m.group(k)) if m.group(k) is not None else None for k in ("d", "a", "b", "c"))
     if d is not None:  # D-H, D-H:M, D-H:M:S
-        return ((d * 24 + a) * 60 + (b or 0)) * 60 + (c or 0)
-    if c is not None:  # H:M:S
-        return (a * 60 + b) * 60 + c
-    if b is not None:  # M:S
-        return a * 60 + b
-    return a * 60  # M
+        seconds = ((d * 24 + a) * 60 + (b or 0)) * 60 + (c or 0)
+    elif c is not None:  # H:M:S
+        seconds = (a * 60 + b) * 60 + c
+    elif b is not None:  # M:S
+        seconds = a * 60 + b
+    else:  # M
+        seconds = a * 60
+    return seconds or None
 
 
 # ------------------------------------------------------------- NeMo-Run's ft_launcher template and requeue
 
 _REQUEUE_GUARD_MARK = "# nemo-resiliency-plugins: requeue guard"
+
+# Shared by both blocks: they add to what the user's setup_lines already did instead of replacing it. A trap
+# the user set for the same signal still runs, and a user's own shell function of the same name as one the
+# block defines (srun, scontrol) is kept and called in place of the program.
+_CHAIN_HELPERS_MARK = "# nemo-resiliency-plugins: chaining helpers"
+_CHAIN_HELPERS = (
+    _CHAIN_HELPERS_MARK
+    + r"""
+# nrp_trap_of SIG: the command of the trap already set for SIG (empty if none), from `trap -p` (shell-quoted).
+nrp_trap_of() {
+  local nrp_t
+  nrp_t=$(trap -p "$1")
+  [ -n "$nrp_t" ] || return 0
+  nrp_t=${nrp_t#trap -- }
+  nrp_t=${nrp_t% *}
+  eval "printf '%s' $nrp_t"
+}
+# nrp_keep_function NAME VAR: if the user defined a shell function NAME, keep it as nrp_user_NAME and set VAR
+# to that name; otherwise set VAR to "command NAME" (the program). (Not in $(...): a subshell would lose it.)
+nrp_keep_function() {
+  if declare -F "$1" >/dev/null; then
+    eval "nrp_user_$1() $(declare -f "$1" | tail -n +2)"
+    printf -v "$2" 'nrp_user_%s' "$1"
+  else
+    printf -v "$2" 'command %s' "$1"
+  fi
+}"""
+)
+
+
+def _add_chain_helpers(executor: Any) -> None:
+    existing = executor.setup_lines or ""
+    if _CHAIN_HELPERS_MARK not in existing:
+        executor.setup_lines = (existing.rstrip("\n") + "\n" if existing else "") + _CHAIN_HELPERS
+
 
 _REQUEUE_GUARD = (
     _REQUEUE_GUARD_MARK
@@ -314,8 +443,11 @@ _REQUEUE_GUARD = (
 # makes N mean N requeues after failed runs, as num_job_retries_on_failure says.
 TORCHX_MAX_RETRIES=$(( TORCHX_MAX_RETRIES + 1 ))
 # When no retry is left the template falls off its end and the job ends COMPLETED with exit code 0:
-# end it with the training step's exit code instead, so Slurm reports the failure.
-trap '[ "${exitcode:-0}" = 0 ] || exit "$exitcode"' EXIT
+# end it with the training step's exit code instead, so Slurm reports the failure. An EXIT trap of the
+# user's setup_lines runs first (in a subshell, so that an `exit` in it cannot skip this one).
+NRP_USER_EXIT_TRAP=$(nrp_trap_of EXIT)
+trap '[ -z "$NRP_USER_EXIT_TRAP" ] || (eval "$NRP_USER_EXIT_TRAP"); [ "${exitcode:-0}" = 0 ] || exit "$exitcode"' EXIT
+nrp_keep_function scontrol NRP_SCONTROL
 scontrol() {
   if [ "${1:-}" = requeue ] && [ "${exitcode:-1}" = 0 ] && [ "${ANY_JOB_STEP_FAILED:-1}" = 0 ]; then
     if [ -z "${NRP_PREEMPTION_SIGNAL:-}" ]; then
@@ -325,7 +457,7 @@ scontrol() {
     fi
     echo "nemo-resiliency-plugins: step exited 0 after SIG${NRP_PREEMPTION_SIGNAL}: preempted, requeue"
   fi
-  command scontrol "$@"
+  $NRP_SCONTROL "$@"
 }"""
 )
 
@@ -351,10 +483,11 @@ def guard_ft_requeue(executor: Any, *, plugin: str) -> None:
     """
     if not is_slurm(executor):
         return
-    existing = executor.setup_lines or ""
-    if _REQUEUE_GUARD_MARK in existing:
+    if _REQUEUE_GUARD_MARK in (executor.setup_lines or ""):
         return
-    executor.setup_lines = (existing.rstrip("\n") + "\n" if existing else "") + _REQUEUE_GUARD
+    _add_chain_helpers(executor)
+    existing = executor.setup_lines
+    executor.setup_lines = existing.rstrip("\n") + "\n" + _REQUEUE_GUARD
 
 
 # ------------------------------------------------------------------- Slurm signal to the step's tasks only
@@ -385,11 +518,14 @@ nrp_forward_signal() {
   echo "nemo-resiliency-plugins: batch shell got SIG$1 at $(date '+%F %T'), forwarding it to the step tasks"
   command srun --overlap --jobid="$SLURM_JOB_ID" --nodes="${SLURM_JOB_NUM_NODES:-1}" --ntasks-per-node=1 \
     bash -c "nrp_signal_tasks $1"
+  # A trap the user's setup_lines had set for this signal runs after the forwarding.
+  [ -z "${NRP_USER_SIGNAL_TRAP:-}" ] || eval "$NRP_USER_SIGNAL_TRAP"
 }
 # bash runs a trap only between commands, never while a foreground command runs: the template's srun runs
 # in the background here and is waited for (again after each trap), returning its own exit status.
+nrp_keep_function srun NRP_SRUN
 srun() {
-  command srun "$@" &
+  $NRP_SRUN "$@" &
   local nrp_srun=$! nrp_rc
   while :; do
     NRP_SIGNALLED=0
@@ -417,6 +553,8 @@ def forward_batch_signal_to_tasks(executor: Any, signal_name: str, *, plugin: st
     if not re.fullmatch(r"[A-Z][A-Z0-9]*", signal_name or ""):
         raise ResiliencyConfigError(plugin, None, detail=f"internal: bad signal name {signal_name!r}")
     existing = executor.setup_lines or ""
+    # The signal is forwarded first; a trap the user's setup_lines set for it runs after.
+    # (nrp_forward_signal runs NRP_USER_SIGNAL_TRAP, captured just before).
     trap = f"trap 'nrp_forward_signal {signal_name}' {signal_name}"
     if _FORWARD_MARK in existing:
         if trap not in existing:
@@ -427,4 +565,7 @@ def forward_batch_signal_to_tasks(executor: Any, signal_name: str, *, plugin: st
                 detail="the job already forwards another batch signal to its tasks; use one exit signal per job",
             )
         return
-    executor.setup_lines = (existing.rstrip("\n") + "\n" if existing else "") + _FORWARD + "\n" + trap
+    _add_chain_helpers(executor)
+    executor.setup_lines = (
+        executor.setup_lines.rstrip("\n") + f"\n{_FORWARD}\nNRP_USER_SIGNAL_TRAP=$(nrp_trap_of {signal_name})\n{trap}"
+    )

@@ -57,6 +57,8 @@ class FaultTolerancePlugin(run.Plugin):
         num_in_job_restarts: ``ft_launcher --max-restarts``: restarts of the worker group inside one job.
             0 means no restart (NeMo-Run drops a 0 flag; ``PET_MAX_RESTARTS`` carries it).
         num_job_retries_on_failure: ``executor.retries``: new Slurm jobs (requeues) after a failed one.
+            An executor ``retries`` of 0 is NeMo-Run's default and cannot be told from "not set": it is
+            replaced by this value; use ``num_job_retries_on_failure=0`` for no retries.
         initial_rank_heartbeat_timeout / rank_heartbeat_timeout: heartbeat timeouts, passed to the
             launcher only with ``workload_style="heartbeats"`` (see the module docstring for why).
         script_args_converter_fn: for ``run.Script`` tasks whose script does not take Hydra overrides;
@@ -105,7 +107,12 @@ class FaultTolerancePlugin(run.Plugin):
         check.boolean("enable_ft_package", self.enable_ft_package)
         check.boolean("calc_ft_timeouts", self.calc_ft_timeouts)
         check.integer("num_in_job_restarts", self.num_in_job_restarts, min=0)
-        check.integer("num_job_retries_on_failure", self.num_job_retries_on_failure, min=0)
+        check.integer(
+            "num_job_retries_on_failure",
+            self.num_job_retries_on_failure,
+            min=0,
+            max=executor_config.MAX_JOB_RETRIES,
+        )
         check.number(
             "initial_rank_heartbeat_timeout", self.initial_rank_heartbeat_timeout, positive=True, optional=True
         )
@@ -183,8 +190,20 @@ class FaultTolerancePlugin(run.Plugin):
             initial_rank_heartbeat_timeout=self.initial_rank_heartbeat_timeout if heartbeats else None,
             rank_heartbeat_timeout=self.rank_heartbeat_timeout if heartbeats else None,
         )
+        # A section-based job must not get heartbeat timeouts from anywhere, the user's own launcher included.
+        no_heartbeats = {
+            f: (
+                "with workload_style='sections' (Megatron Bridge) heartbeat timeouts kill a healthy job (it sends "
+                "no heartbeats); remove it from run.FaultTolerance, or use workload_style='heartbeats'"
+            )
+            for f in ("initial_rank_heartbeat_timeout", "rank_heartbeat_timeout")
+            if not heartbeats
+        }
         executor_config.install_ft_launcher(
-            executor, nvrx_launcher.launcher(max_restarts=self.num_in_job_restarts, **launcher_settings), plugin=name
+            executor,
+            nvrx_launcher.launcher(max_restarts=self.num_in_job_restarts, **launcher_settings),
+            plugin=name,
+            must_stay_unset=no_heartbeats,
         )
         executor_config.set_retries(
             executor, self.num_job_retries_on_failure, plugin=name, field="num_job_retries_on_failure"

@@ -5,12 +5,14 @@ Megatron Bridge's scripts parse ``task.args`` with Hydra's override grammar
 (``megatron.bridge.training.utils.omegaconf_utils.process_config_with_overrides``). A Python value turned
 into text with ``str()`` does not always survive that trip: ``str(True)`` happens to work, but a string
 such as ``"3"`` or ``"null"`` comes back as an int or None, and a string containing ``,`` or ``${`` is
-reinterpreted. :func:`format_value` writes each type in a form the grammar returns unchanged, and
-:func:`parse_value` is the small inverse we need to compare a user's existing override with ours.
+reinterpreted. :func:`format_value` writes each type in a form the grammar returns unchanged. Reading is
+left to Hydra's own override parser (hydra-core, the one Megatron Bridge uses), so what we compare with a
+plugin's value is exactly what the job will read, and a malformed override is found before launch.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import signal
@@ -21,9 +23,10 @@ from typing import Any
 # Words Hydra's grammar reads as something other than a string when unquoted.
 _KEYWORDS = {"true", "false", "null", "none", "inf", "-inf", "+inf", "nan"}
 # Absolute paths are fine unquoted: Hydra's grammar reads /a/b.c as a string.
-_BARE_STRING = re.compile(r"^[A-Za-z_/][A-Za-z0-9_./-]*$")
+# Both used with re.fullmatch (``$`` would accept a trailing newline).
+_BARE_STRING = re.compile(r"[A-Za-z_/][A-Za-z0-9_./-]*")
 _OVERRIDE = re.compile(
-    r"^(?P<prefix>\+{0,2}|~)(?P<key>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)(?:=(?P<value>.*))?$", re.S
+    r"(?P<prefix>\+{0,2}|~)(?P<key>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)(?:=(?P<value>.*))?", re.S
 )
 
 
@@ -45,7 +48,7 @@ def format_value(value: Any) -> str:
         text = repr(value)
         return text if any(c in text for c in ".e") else text + ".0"
     if isinstance(value, str):
-        if _BARE_STRING.match(value) and value.lower() not in _KEYWORDS:
+        if _BARE_STRING.fullmatch(value) and value.lower() not in _KEYWORDS:
             return value
         return _quote(value)
     if isinstance(value, Mapping):
@@ -56,146 +59,103 @@ def format_value(value: Any) -> str:
 
 
 def _quote(text: str) -> str:
+    """A single-quoted Hydra string that Hydra, then OmegaConf, read back as exactly ``text``.
+
+    OmegaConf resolves ``${...}`` even inside quotes unless it is escaped (``\\${``, with any backslashes
+    before it doubled); Hydra's quoted strings treat a backslash as an escape only before a quote (and before
+    the closing quote), so only those runs are doubled and ``'`` becomes ``\\'``.
+    """
     if any(c in text for c in "\n\r\0"):
         raise ValueError(f"string {text!r} contains a line break or NUL; it cannot be a config value")
-    # OmegaConf would resolve ${...} even inside quotes; escape it so the text arrives literally.
-    body = text.replace("\\", "\\\\").replace("'", "\\'").replace("${", "\\${")
+    body = re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", text)
+    body = re.sub(r"(\\*)('|\Z)", lambda m: m.group(1) * 2 + ("\\'" if m.group(2) else ""), body)
     return f"'{body}'"
+
+
+class OverrideSyntaxError(ValueError):
+    """A ``task.args`` item shaped like an override that Hydra's parser rejects (the job would fail on it)."""
+
+    def __init__(self, arg: str, reason: str) -> None:
+        self.arg = arg
+        self.key = _key_of(arg)
+        self.reason = reason
+        super().__init__(f"{arg!r} is not a valid Hydra override: {reason}")
 
 
 @dataclass(frozen=True)
 class Override:
-    """One ``[+|++|~]key[=value]`` item of ``task.args``."""
+    """One ``[+|++|~]key[=value]`` item of ``task.args``, as Hydra's own parser reads it.
+
+    ``value`` is what Megatron Bridge's ``process_config_with_overrides`` will get (Hydra's
+    ``Override.value()``); ``raw_value`` is the text after ``=``, for messages.
+    """
 
     index: int
     prefix: str
     key: str
     raw_value: str | None
+    value: Any = None
+
+
+def _key_of(arg: str) -> str | None:
+    match = _OVERRIDE.fullmatch(arg)
+    return match.group("key") if match else None
+
+
+@functools.cache
+def _parser() -> Any:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    return OverridesParser.create()
+
+
+def _hydra_parse(arg: str) -> Any:
+    """Hydra's ``Override`` for ``arg``; :class:`OverrideSyntaxError` when Hydra rejects it or it is a sweep."""
+    from hydra.errors import HydraException
+
+    try:
+        (parsed,) = _parser().parse_overrides([arg])
+    except HydraException as err:
+        raise OverrideSyntaxError(arg, str(err).splitlines()[0]) from None
+    if parsed.is_sweep_override():
+        raise OverrideSyntaxError(arg, "it is a sweep (a ',' list, choice() or range()), not one value")
+    return parsed
 
 
 def find_overrides(args: Sequence[str]) -> list[Override]:
-    """The items of ``args`` that are Hydra overrides (other arguments are left alone)."""
+    """The items of ``args`` that are Hydra overrides, parsed by Hydra (other arguments are left alone).
+
+    An item shaped like an override (``[+|++|~]dotted.key[=...]``) that Hydra cannot parse raises
+    :class:`OverrideSyntaxError`: the job would fail on it, and its value cannot be compared with a plugin's.
+    """
     found = []
     for index, arg in enumerate(args):
         if not isinstance(arg, str):
             continue
-        match = _OVERRIDE.match(arg)
-        if match and (match.group("value") is not None or match.group("prefix") == "~"):
-            found.append(Override(index, match.group("prefix"), match.group("key"), match.group("value")))
+        match = _OVERRIDE.fullmatch(arg)
+        if not match or (match.group("value") is None and match.group("prefix") != "~"):
+            continue
+        parsed = _hydra_parse(arg)
+        value = None if match.group("prefix") == "~" else parsed.value()
+        found.append(Override(index, match.group("prefix"), match.group("key"), match.group("value"), value))
     return found
 
 
-class _Parser:
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self.pos = 0
-
-    def parse(self) -> Any:
-        value = self.value(top=True)
-        if self.pos != len(self.text):
-            raise ValueError(f"unexpected text at {self.pos} in {self.text!r}")
-        return value
-
-    def value(self, top: bool = False) -> Any:
-        self.skip_ws()
-        if self.peek() == "[":
-            return self.sequence()
-        if self.peek() == "{":
-            return self.mapping()
-        if self.peek() in ("'", '"'):
-            return self.quoted()
-        stop = "" if top else ",]}"
-        start = self.pos
-        while self.pos < len(self.text) and self.text[self.pos] not in stop:
-            self.pos += 1
-        return _primitive(self.text[start : self.pos].strip())
-
-    def sequence(self) -> list:
-        self.pos += 1
-        items = []
-        self.skip_ws()
-        if self.peek() == "]":
-            self.pos += 1
-            return items
-        while True:
-            items.append(self.value())
-            self.skip_ws()
-            char = self.take()
-            if char == "]":
-                return items
-            if char != ",":
-                raise ValueError(f"expected ',' or ']' in {self.text!r}")
-
-    def mapping(self) -> dict:
-        self.pos += 1
-        items: dict[str, Any] = {}
-        self.skip_ws()
-        if self.peek() == "}":
-            self.pos += 1
-            return items
-        while True:
-            self.skip_ws()
-            start = self.pos
-            while self.pos < len(self.text) and self.text[self.pos] != ":":
-                self.pos += 1
-            key = self.text[start : self.pos].strip()
-            self.pos += 1
-            items[key] = self.value()
-            self.skip_ws()
-            char = self.take()
-            if char == "}":
-                return items
-            if char != ",":
-                raise ValueError(f"expected ',' or '}}' in {self.text!r}")
-
-    def quoted(self) -> str:
-        quote = self.take()
-        out = []
-        while True:
-            char = self.take()
-            if char == "":
-                raise ValueError(f"unterminated string in {self.text!r}")
-            if char == "\\":
-                out.append(self.take())
-            elif char == quote:
-                return "".join(out)
-            else:
-                out.append(char)
-
-    def skip_ws(self) -> None:
-        while self.pos < len(self.text) and self.text[self.pos] == " ":
-            self.pos += 1
-
-    def peek(self) -> str:
-        return self.text[self.pos] if self.pos < len(self.text) else ""
-
-    def take(self) -> str:
-        char = self.peek()
-        self.pos += 1
-        return char
-
-
-def _primitive(text: str) -> Any:
-    lowered = text.lower()
-    if lowered == "true":
-        return True
-    if lowered == "false":
-        return False
-    if lowered in ("null", "none", ""):
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        return float(text)
-    except ValueError:
-        return text
-
-
 def parse_value(text: str) -> Any:
-    """Parse an override value the way Hydra's grammar types it (primitives, quoted strings, [..], {..})."""
-    return _Parser(text).parse()
+    """Parse an override value exactly as the job reads it: Hydra's override parser, then OmegaConf's
+    un-escaping of ``\\${`` (a real interpolation, which depends on the rest of the config, is left as text)."""
+    return _resolved(_hydra_parse(f"nrp_value={text}").value())
+
+
+def _resolved(value: Any) -> Any:
+    if not isinstance(value, (str, list, dict)) or "${" not in repr(value):
+        return value
+    from omegaconf import OmegaConf
+
+    try:
+        return OmegaConf.to_container(OmegaConf.create({"v": value}), resolve=True)["v"]
+    except Exception:  # an interpolation of another key: only the whole config can resolve it
+        return value
 
 
 def same_value(a: Any, b: Any) -> bool:

@@ -38,7 +38,7 @@ import nemo_run as run
 
 from nemo_resiliency_plugins import executor_config, task_config
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
-from nemo_resiliency_plugins.validation import Checker
+from nemo_resiliency_plugins.validation import Checker, is_finite_number
 
 logger = logging.getLogger(__name__)
 
@@ -248,12 +248,12 @@ class InProcessRestartPlugin(run.Plugin):
         return max(MB_DEFAULT_DISTRIBUTED_TIMEOUT_MINUTES, self.minimum_watchdog_minutes())
 
     def _apply_watchdog_rule(self, task: Any, name: str) -> list[task_config.Change]:
-        current = task_config.read_config_field(task, "dist", "distributed_timeout_minutes")
+        current = task_config.read_config_field(task, "dist", "distributed_timeout_minutes", plugin=name)
         if current is None:
             return task_config.set_config_fields(
                 task, "dist", {"distributed_timeout_minutes": self.watchdog_minutes()}, plugin=name
             )
-        if isinstance(current, bool) or not isinstance(current, (int, float)) or not math.isfinite(current):
+        if not is_finite_number(current):
             raise ResiliencyConfigError(
                 name,
                 "dist.distributed_timeout_minutes",
@@ -334,7 +334,7 @@ class InProcessRestartPlugin(run.Plugin):
                 ),
             )
         # PreemptionPlugin's other trace, executor.signal, exists only on run.SlurmExecutor, refused above.
-        if task_config.read_config_field(task, "train", "exit_signal_handler") is True:
+        if task_config.read_config_field(task, "train", "exit_signal_handler", plugin=type(self).__name__) is True:
             raise ResiliencyConfigError(
                 name,
                 None,

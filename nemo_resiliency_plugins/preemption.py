@@ -156,9 +156,9 @@ class PreemptionPlugin(run.Plugin):
 
     def setup(self, task: run.Partial | run.Script, executor: run.Executor) -> None:
         name = type(self).__name__
-        if task_config.read_config_field(task, "inprocess_restart", "enabled") is True or executor_config.get_env(
-            task, executor, "NRP_INPROCESS_RESTART_PLUGIN"
-        ):
+        if task_config.read_config_field(
+            task, "inprocess_restart", "enabled", plugin=name
+        ) is True or executor_config.get_env(task, executor, "NRP_INPROCESS_RESTART_PLUGIN"):
             raise ResiliencyConfigError(
                 name,
                 None,
@@ -217,7 +217,9 @@ class PreemptionPlugin(run.Plugin):
 
     def _warn_if_too_short(self, task: Any) -> None:
         """Warn when ``ft_state.json`` says one step plus one save may take longer than ``preempt_time``."""
-        estimate = step_plus_save_seconds(task_config.read_config_field(task, "checkpoint", "save"))
+        estimate = step_plus_save_seconds(
+            task_config.read_config_field(task, "checkpoint", "save", plugin=type(self).__name__)
+        )
         if estimate is None or self.preempt_time >= estimate:
             return
         message = (

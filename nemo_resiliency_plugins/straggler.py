@@ -47,7 +47,8 @@ from nemo_resiliency_plugins.validation import Checker
 logger = logging.getLogger(__name__)
 
 #: ``logging.getLogger`` names that survive a Hydra override and a shell unquoted: dotted identifiers.
-_LOGGER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*$")
+# Used with re.fullmatch: "x\n" must not pass (it would split the srun line on Slurm).
+_LOGGER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 #: The fields of Megatron Bridge's ``NVRxStragglerDetectionConfig``, in its order.
 CONFIG_FIELDS = (
@@ -139,7 +140,7 @@ class StragglerDetectionPlugin(run.Plugin):
         check.boolean("stop_if_detected", self.stop_if_detected)
         check.boolean("enable_logging", self.enable_logging)
         check.integer("profiling_interval", self.profiling_interval, min=1)
-        if not isinstance(self.logger_name, str) or not _LOGGER_NAME.match(self.logger_name):
+        if not isinstance(self.logger_name, str) or _LOGGER_NAME.fullmatch(self.logger_name) is None:
             check.fail("logger_name", self.logger_name, "a dotted logger name such as 'megatron.bridge.NVRx'")
         check.callable_or_none("script_args_converter_fn", self.script_args_converter_fn)
         if not (self.calc_relative_gpu_perf or self.calc_individual_gpu_perf):
@@ -170,7 +171,7 @@ class StragglerDetectionPlugin(run.Plugin):
         )
 
     def _refuse_legacy_detector(self, task: Any, name: str) -> None:
-        legacy = task_config.read_config_field(task, "straggler", "log_straggler")
+        legacy = task_config.read_config_field(task, "straggler", "log_straggler", plugin=type(self).__name__)
         if legacy is True or (isinstance(legacy, str) and legacy.lower() == "true"):
             raise ResiliencyConfigError(
                 name,

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import re
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -41,13 +40,19 @@ import fiddle as fdl
 import nemo_run as run
 
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
-from nemo_resiliency_plugins.hydra_overrides import find_overrides, format_value, parse_value, same_value
+from nemo_resiliency_plugins.hydra_overrides import (
+    Override,
+    OverrideSyntaxError,
+    find_overrides,
+    format_value,
+    parse_value,
+    same_value,
+)
+from nemo_resiliency_plugins.validation import SHELL_WORD, SHELL_WORD_TEXT
 
 logger = logging.getLogger(__name__)
 
 _MB_CONFIG = "megatron.bridge.training.config"
-# The characters shlex.quote leaves unquoted.
-_SHLEX_SAFE = re.compile(r"^[\w@%+=:,./-]+$")
 
 
 @dataclass(frozen=True)
@@ -124,23 +129,22 @@ def set_config_fields(
     return changes
 
 
-def read_config_field(task: run.Script | fdl.Buildable, section: str, field: str) -> Any:
+def read_config_field(task: run.Script | fdl.Buildable, section: str, field: str, *, plugin: str) -> Any:
     """The value the task already sets for ``section.field``, or None when the task does not set it.
 
-    Used by plugins to check cross-field rules (e.g. the NCCL watchdog against in-process timeouts).
+    Used by plugins to check cross-field rules (e.g. the NCCL watchdog against in-process timeouts). A
+    ``task.args`` that Hydra cannot parse is a ResiliencyConfigError naming ``plugin``.
     """
     if isinstance(task, run.Script):
         found = None
-        for override in find_overrides(task.args):
-            if override.key == f"{section}.{field}" and override.raw_value is not None:
-                found = parse_value(override.raw_value)
-            elif override.key == section and override.raw_value is not None:
-                whole = parse_value(override.raw_value)
-                if isinstance(whole, dict) and field in whole:
-                    found = whole[field]
+        for override in script_overrides(task, plugin=plugin):
+            if override.key == f"{section}.{field}" and override.prefix != "~":
+                found = override.value
+            elif override.key == section and isinstance(override.value, dict) and field in override.value:
+                found = override.value[field]
         return found
     if isinstance(task, fdl.Buildable):
-        container = _find_container(task, SECTIONS[section], plugin="read_config_field", required=False)
+        container = _find_container(task, SECTIONS[section], plugin=plugin, required=False)
         if container is None:
             return None
         current = _explicit(container, section)
@@ -151,6 +155,25 @@ def read_config_field(task: run.Script | fdl.Buildable, section: str, field: str
 
 
 # ---------------------------------------------------------------------------------------------- run.Script
+
+
+def script_overrides(task: run.Script, *, plugin: str) -> list[Override]:
+    """The Hydra overrides in ``task.args``, read by Hydra's own parser (what the job will read).
+
+    One that Hydra rejects (an unterminated quote, a sweep) is a :class:`ResiliencyConfigError` naming the
+    plugin, the override's key and the text: the job would fail on it at start, and the plugin cannot tell
+    whether it agrees with what the plugin sets.
+    """
+    try:
+        return find_overrides(task.args)
+    except OverrideSyntaxError as err:
+        raise ResiliencyConfigError(
+            plugin,
+            f"task.args[{err.key}]" if err.key else "task.args",
+            err.arg,
+            "an override Hydra's parser accepts (key=value; quote a value with spaces or special characters)",
+            detail=err.reason,
+        ) from None
 
 
 def _apply_converter(task: run.Script, plugin: str, script_args: Any, fn: Callable[[Any], list[str]]) -> list[Change]:
@@ -169,16 +192,32 @@ def _apply_converter(task: run.Script, plugin: str, script_args: Any, fn: Callab
 
 def _set_on_script(task: run.Script, section: Section, values: Mapping[str, Any], plugin: str) -> list[Change]:
     args = list(task.args)
-    overrides = find_overrides(args)
+    overrides = script_overrides(task, plugin=plugin)
     if section.optional:
         return _set_whole_section(task, args, overrides, section, values, plugin)
 
+    whole = [o for o in overrides if o.key == section.name]
+    for override in whole:
+        _refuse_section_removal(plugin, section, override, args[override.index])
     changes = []
     for field, value in values.items():
         key = f"{section.name}.{field}"
         mine = [o for o in overrides if o.key == key]
         for override in mine:
-            _check_agrees(plugin, key, override.raw_value, value, where="task.args")
+            _check_agrees(plugin, key, override, value, where="task.args")
+        for override in whole:  # section={...} carrying the field: it must agree too
+            if isinstance(override.value, dict) and field in override.value:
+                if not same_value(override.value[field], value):
+                    raise ResiliencyConfigError(
+                        plugin,
+                        key,
+                        value,
+                        detail=(
+                            f"task.args already has {args[override.index]!r}; {plugin} would set "
+                            f"{key}={format_value(value)}. Make them agree (a user value is never silently "
+                            "overwritten)"
+                        ),
+                    )
         if not mine:
             args.append(f"{key}={_script_safe(plugin, section.name, field, value)}")
             changes.append(Change(plugin, f"override {args[-1]}"))
@@ -201,18 +240,19 @@ def _set_whole_section(task, args, overrides, section: Section, values, plugin: 
         if override.key != section.name and not override.key.startswith(section.name + "."):
             continue
         shown = args[override.index]
+        if override.key == section.name:
+            _refuse_section_removal(plugin, section, override, shown)
         if override.prefix == "~":
             raise ResiliencyConfigError(
-                plugin, section.name, shown, detail=f"task.args deletes '{section.name}', which {plugin} needs"
+                plugin, override.key, shown, detail=f"task.args deletes '{override.key}', which {plugin} sets"
             )
         if override.key == section.name:
-            whole = parse_value(override.raw_value or "")
-            if isinstance(whole, dict):
-                for field, value in whole.items():
+            if isinstance(override.value, dict):
+                for field, value in override.value.items():
                     user[field] = (shown, value)
             continue
         field = override.key[len(section.name) + 1 :]
-        user[field] = (shown, parse_value(override.raw_value or ""))
+        user[field] = (shown, override.value)
 
     if "_target_" in user and user["_target_"][1] != section.class_path:
         raise ResiliencyConfigError(
@@ -247,25 +287,59 @@ def _set_whole_section(task, args, overrides, section: Section, values, plugin: 
     return [Change(plugin, "override " + " ".join(new))]
 
 
+def _refuse_section_removal(plugin: str, section: Section, override: Override, shown: str) -> None:
+    """One rule for every way of saying "no such section": ``~ft`` deletes it and ``ft=null`` sets it to None.
+
+    Both contradict a plugin that needs the section, so both are refused (never silently overridden), for
+    sections Megatron Bridge creates (``train``) and those it leaves None (``ft``) alike.
+    """
+    if override.prefix == "~" or override.value is None:
+        how = "deletes" if override.prefix == "~" else "sets to null"
+        raise ResiliencyConfigError(
+            plugin,
+            section.name,
+            shown,
+            detail=f"task.args {how} '{section.name}', which {plugin} needs; remove {shown!r} from task.args",
+        )
+
+
 def _script_safe(plugin: str, section: str, field: str, value: Any) -> str:
-    text = format_value(value)
-    if not _SHLEX_SAFE.match(text):
+    """``value`` as override text that reaches the script intact and that Hydra reads back as ``value``."""
+    try:
+        text = format_value(value)
+    except (TypeError, ValueError) as err:
+        raise ResiliencyConfigError(
+            plugin, f"{section}.{field}", value, "a plain config value", detail=str(err)
+        ) from None
+    if SHELL_WORD.fullmatch(text) is None:
         raise ResiliencyConfigError(
             plugin,
             f"{section}.{field}",
             value,
-            "a value made of letters, digits and @%+=:,./_-",
+            f"a value made of {SHELL_WORD_TEXT}",
             detail=(
                 "NeMo-Run shell-quotes launcher arguments and, on LocalExecutor, the quotes reach the script "
                 "literally, so this value would not arrive intact"
             ),
         )
+    try:
+        back = parse_value(text)
+    except OverrideSyntaxError as err:
+        back = err
+    if not same_value(back, value):
+        raise ResiliencyConfigError(
+            plugin,
+            f"{section}.{field}",
+            value,
+            "a value Hydra's override parser reads back unchanged",
+            detail=f"written as {text!r}, the job would read {back!r}",
+        )
     return text
 
 
-def _check_agrees(plugin: str, key: str, raw: str | None, value: Any, where: str) -> None:
-    existing = parse_value(raw or "")
-    if not same_value(existing, value):
+def _check_agrees(plugin: str, key: str, override: Override, value: Any, where: str) -> None:
+    existing, raw = override.value, override.raw_value
+    if override.prefix == "~" or not same_value(existing, value):
         raise ResiliencyConfigError(
             plugin,
             key,

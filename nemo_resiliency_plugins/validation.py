@@ -19,8 +19,84 @@ from nemo_resiliency_plugins.errors import ResiliencyConfigError
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
-# Names that may reach a shell, a Hydra override or a YAML file unquoted.
-_SAFE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Names that may reach a shell, a Hydra override or a YAML file unquoted. Every pattern here is used with
+# re.fullmatch: Python's ``$`` also matches before a trailing newline, so ``re.match(r"...$")`` accepts "x\n".
+_SAFE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: The characters ``shlex.quote`` leaves unquoted: a word made only of these means the same to bash quoted or
+#: not, so it is safe on a line NeMo-Run writes without quotes (``export NAME=value``, an ``srun`` argument).
+SHELL_WORD = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")
+SHELL_WORD_TEXT = "letters, digits and _@%+=:,./-"
+
+#: Signals whose default action ends a process (POSIX "terminate" or "core"). NVRx sends
+#: ``rank_termination_signal`` to a hung rank; SIGSTOP, SIGCONT, SIGCHLD, SIGWINCH, SIGURG... leave it
+#: running, so the hang would never end.
+TERMINATING_SIGNALS = (
+    "SIGKILL",
+    "SIGTERM",
+    "SIGINT",
+    "SIGQUIT",
+    "SIGHUP",
+    "SIGABRT",
+    "SIGUSR1",
+    "SIGUSR2",
+    "SIGALRM",
+    "SIGSEGV",
+    "SIGBUS",
+    "SIGILL",
+    "SIGFPE",
+    "SIGTRAP",
+    "SIGSYS",
+    "SIGXCPU",
+    "SIGXFSZ",
+    "SIGPIPE",
+)
+
+
+def is_shell_word(value: Any) -> bool:
+    """True when ``value`` is a non-empty string bash reads as exactly itself without quotes."""
+    return isinstance(value, str) and SHELL_WORD.fullmatch(value) is not None
+
+
+def is_finite_number(value: Any) -> bool:
+    """An int or float (not bool) that is finite as a float.
+
+    ``math.isfinite(10**400)`` raises OverflowError; such an int is refused like ``inf``, since every consumer
+    (YAML, NVRx, torch) turns it into a float.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
+
+
+def importable_function_problem(fn: Any) -> str | None:
+    """Why NeMo-Run could not serialize ``fn`` as a plugin field, or None when it can.
+
+    NeMo-Run serializes plugins with fiddle (``exp.dryrun()``, ``exp.run()``), which stores a function by
+    ``module`` + ``qualname`` and fails on anything it cannot import back: lambdas, functions defined inside
+    another function, bound methods, callable objects.
+    """
+    module = getattr(fn, "__module__", None)
+    qualname = getattr(fn, "__qualname__", None)
+    if not isinstance(module, str) or not isinstance(qualname, str):
+        return "it has no importable module and name (a callable object?)"
+    if "<lambda>" in qualname:
+        return "it is a lambda"
+    if "<locals>" in qualname:
+        return "it is defined inside another function"
+    import importlib
+
+    try:
+        found: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            found = getattr(found, part)
+    except Exception:
+        return f"{module}.{qualname} cannot be imported back"
+    if found is not fn:
+        return f"{module}.{qualname} imports back as a different object"
+    return None
 
 
 @dataclass(frozen=True)
@@ -57,7 +133,7 @@ class Checker:
             return
         base = "a positive number" if positive else "a number"
         allowed = _range_text(base, min, max) + (" or None" if optional else "")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        if not is_finite_number(value):
             self.fail(field, value, allowed)
         if positive and value <= 0:
             self.fail(field, value, allowed)
@@ -73,7 +149,7 @@ class Checker:
         """An identifier-like string: letters, digits, underscores (safe in shells, YAML and overrides)."""
         if optional and value is None:
             return
-        if not isinstance(value, str) or not _SAFE_NAME.match(value):
+        if not isinstance(value, str) or _SAFE_NAME.fullmatch(value) is None:
             self.fail(field, value, "a name of letters, digits and underscores" + (" or None" if optional else ""))
 
     def path(self, field: str, value: Any, *, optional: bool = False) -> None:
@@ -81,21 +157,34 @@ class Checker:
         if optional and value is None:
             return
         allowed = "a path without newlines, quotes, '$', '`' or ';'" + (" or None" if optional else "")
-        if not isinstance(value, str) or not value or re.search(r"[\n\r\0'\"$`;]", value):
+        if not isinstance(value, str) or not value or re.fullmatch(r"[^\n\r\0'\"$`;]+", value) is None:
             self.fail(field, value, allowed)
 
     def signal_name(self, field: str, value: Any) -> None:
-        names = sorted(s.name for s in signal.Signals if s.name.startswith("SIG") and "_" not in s.name)
+        """A signal, by name, whose default action ends the process it is sent to (see TERMINATING_SIGNALS)."""
+        names = [n for n in TERMINATING_SIGNALS if hasattr(signal, n)]
         if not isinstance(value, str) or value.upper() not in names:
-            self.fail(field, value, "a signal name such as 'SIGKILL' or 'SIGTERM'")
+            self.fail(field, value, "a signal that ends a process: one of " + ", ".join(names))
 
     def log_level(self, field: str, value: Any) -> None:
         if not isinstance(value, str) or value.upper() not in LOG_LEVELS:
             self.fail(field, value, "one of " + ", ".join(LOG_LEVELS))
 
     def callable_or_none(self, field: str, value: Any) -> None:
-        if value is not None and not callable(value):
-            self.fail(field, value, "a function taking the plugin's script args and returning a list of str")
+        """None or a module-level function (NeMo-Run serializes plugins, so it must import back by name)."""
+        allowed = "None or a module-level function taking the plugin's script args and returning a list of str"
+        if value is None:
+            return
+        if not callable(value):
+            self.fail(field, value, allowed)
+        problem = importable_function_problem(value)
+        if problem:
+            self.fail(
+                field,
+                value,
+                allowed,
+                detail=f"NeMo-Run serializes plugins with fiddle by module and name, and {problem}",
+            )
 
     def timeouts_mapping(self, field: str, value: Any) -> None:
         """A ``{section_name: seconds or None}`` mapping, as NVRx's ``rank_section_timeouts``."""
@@ -103,11 +192,11 @@ class Checker:
         if not isinstance(value, Mapping):
             self.fail(field, value, allowed)
         for key, seconds in value.items():
-            if not isinstance(key, str) or not _SAFE_NAME.match(key):
+            if not isinstance(key, str) or _SAFE_NAME.fullmatch(key) is None:
                 self.fail(field, value, allowed, detail=f"section name {key!r} is not a plain identifier")
             if seconds is None:
                 continue
-            if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds):
+            if not is_finite_number(seconds):
                 self.fail(field, value, allowed, detail=f"timeout of section {key!r} is {seconds!r}")
             if seconds <= 0:
                 self.fail(field, value, allowed, detail=f"timeout of section {key!r} is {seconds!r}")

@@ -13,6 +13,7 @@ wheel as ``nemo_resiliency_plugins.recipes``; next to the catalog are example ex
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import importlib
 from collections.abc import Callable, Mapping
@@ -44,6 +45,16 @@ class Recipe:
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def build(self, **overrides: Mapping[str, Any]) -> list[Any]:
+        """Fresh plugin instances. The catalog's settings are deep-copied into each, so changing a built
+        plugin (or a dict it holds, such as ``section_timeouts``) never changes the catalog or a later build."""
+        for class_name, extra in overrides.items():
+            if not isinstance(extra, Mapping):
+                raise ResiliencyConfigError(
+                    f"recipe {self.name!r}",
+                    class_name,
+                    extra,
+                    "a mapping of field name -> value, e.g. {'num_in_job_restarts': 5}",
+                )
         unknown = set(overrides) - set(self.plugins)
         if unknown:
             raise ResiliencyConfigError(
@@ -56,14 +67,14 @@ class Recipe:
         built = []
         for class_name, settings in self.plugins.items():
             cls = plugin_class(class_name)
-            extra = dict(overrides.get(class_name, {}))
+            extra = copy.deepcopy(dict(overrides.get(class_name, {})))
             names = {f.name for f in dataclasses.fields(cls) if f.init}
             for key in extra:
                 if key not in names:
                     raise ResiliencyConfigError(
                         class_name, key, extra[key], "a field of " + class_name, detail=f"in recipe {self.name!r}"
                     )
-            built.append(cls(**{**settings, **extra}))
+            built.append(cls(**{**copy.deepcopy(dict(settings)), **extra}))
         return built
 
 
@@ -165,7 +176,9 @@ RECIPES: dict[str, Recipe] = {
             summary="Find nondeterminism and silent data corruption with the rerun state machine",
             description=(
                 "Megatron Core's rerun state machine in validate_results mode: a NaN or spiky loss makes the step "
-                "rerun to tell a transient fault (exit 16, resume) from a deterministic one (exit 17)."
+                "run again to tell a reproducible result (exit 16: a checkpoint is saved; resume on a different GPU "
+                "to disambiguate) from a transient fault (exit 17: not reproduced, no checkpoint; resume from the "
+                "last one)."
             ),
             executors=("local", "slurm"),
             plugins={
@@ -185,8 +198,8 @@ def list_recipes() -> list[Recipe]:
 
 
 def get_recipe(name: str, **overrides: Mapping[str, Any]) -> list[Any]:
-    """The plugin instances of recipe ``name``, with per-plugin field overrides."""
-    if name not in RECIPES:
+    """The plugin instances of recipe ``name``, with per-plugin field overrides (new instances each call)."""
+    if not isinstance(name, str) or name not in RECIPES:
         raise ResiliencyConfigError("recipes", "name", name, "one of " + ", ".join(RECIPES))
     return RECIPES[name].build(**overrides)
 

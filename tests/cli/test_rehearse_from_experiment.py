@@ -7,10 +7,9 @@ import sys
 import textwrap
 
 import pytest
-import typer
 
 from nemo_resiliency_plugins import FaultTolerancePlugin, PreemptionPlugin
-from nemo_resiliency_plugins.cli import plugins_for
+from nemo_resiliency_plugins.cli import UsageError, plugins_for
 
 SCRIPT = textwrap.dedent(
     """
@@ -44,11 +43,11 @@ def test_plugins_of_a_saved_experiment_are_the_users_own(tmp_path):
     pre = next(p for p in plugins if isinstance(p, PreemptionPlugin))
     assert ft.num_in_job_restarts == 5 and ft.section_timeouts["step"] == 42
     assert pre.preempt_time == 90
-    with pytest.raises(typer.Exit):
+    with pytest.raises(UsageError, match="--set applies to recipes"):
         plugins_for(exp_dir, {"FaultTolerancePlugin": {"num_in_job_restarts": 1}})
 
 
 def test_a_recipe_name_still_works_and_an_unknown_one_is_refused():
     assert [type(p).__name__ for p in plugins_for("local-smoke")()] == ["FaultTolerancePlugin"]
-    with pytest.raises(typer.Exit):
+    with pytest.raises(UsageError, match="unknown recipe 'no-such-recipe'"):
         plugins_for("no-such-recipe")

@@ -13,6 +13,7 @@ anything = st.one_of(
     st.none(),
     st.booleans(),
     st.integers(min_value=-(10**9), max_value=10**9),
+    st.sampled_from([10**400, -(10**400), 2**63, 2**64 + 1]),  # beyond float and 64-bit shell arithmetic
     st.floats(allow_nan=True, allow_infinity=True),
     st.text(max_size=30),
     st.sampled_from(["disabled", "validate_results", "report_determinism_stats", "transient_error", "a.b"]),

@@ -192,16 +192,20 @@ def test_local_executor_keeps_the_exit_handler_and_gets_no_slurm_field():
     assert job.executor.env_vars == {}
 
 
+_SEEN: list = []
+
+
+def _convert(args: PreemptionPluginScriptArgs) -> list[str]:
+    """A module-level converter (NeMo-Run serializes plugins, so a converter must import back by name)."""
+    _SEEN.append(args)
+    return ["--exit-on", args.exit_signal.name]
+
+
 def test_converter_receives_script_args():
-    seen = []
-
-    def convert(args: PreemptionPluginScriptArgs) -> list[str]:
-        seen.append(args)
-        return ["--exit-on", args.exit_signal.name]
-
-    job = add_job(script(), run.LocalExecutor(), [PreemptionPlugin(script_args_converter_fn=convert)])
+    _SEEN.clear()
+    job = add_job(script(), run.LocalExecutor(), [PreemptionPlugin(script_args_converter_fn=_convert)])
     assert job.task.args == ["--exit-on", "SIGTERM"]
-    assert seen[0].enable_exit_handler is True and seen[0].enable_exit_handler_for_data_loader is False
+    assert _SEEN[0].enable_exit_handler is True and _SEEN[0].enable_exit_handler_for_data_loader is False
 
 
 # ------------------------------------------------------------------------------ ft_state.json warning
@@ -280,6 +284,6 @@ def test_fault_tolerance_alone_on_slurm_gets_the_requeue_guard_but_no_signal_for
     # Both template fixes sit after NeMo-Run's export and before its FT set-up reads the value.
     assert text.index("export TORCHX_MAX_RETRIES=2") < guard < text.index("is_job_failures_limit_reached()")
     assert "TORCHX_MAX_RETRIES=$(( TORCHX_MAX_RETRIES + 1 ))" in text
-    assert """trap '[ "${exitcode:-0}" = 0 ] || exit "$exitcode"' EXIT""" in text
+    assert """[ "${exitcode:-0}" = 0 ] || exit "$exitcode"' EXIT""" in text
     assert "nrp_forward_signal" not in text and "--signal" not in text
     assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0

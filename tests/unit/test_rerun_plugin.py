@@ -117,9 +117,13 @@ def test_setup_logs_the_exit_codes(caplog):
     assert any("exit code 16" in r.getMessage() and "17" in r.getMessage() for r in caplog.records)
 
 
+def _rerun_converter(args) -> list[str]:
+    return [f"--rerun-mode={args.rerun_mode}"]
+
+
 def test_script_args_converter_fn():
     task = script()
-    RerunStateMachinePlugin(script_args_converter_fn=lambda a: [f"--rerun-mode={a.rerun_mode}"]).setup(task, local())
+    RerunStateMachinePlugin(script_args_converter_fn=_rerun_converter).setup(task, local())
     assert task.args == ["--rerun-mode=validate_results"]
 
 

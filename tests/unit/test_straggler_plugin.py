@@ -140,17 +140,22 @@ def test_legacy_detector_configured_but_off_is_fine_and_disabled_plugin_never_co
     assert "++nvrx_straggler.enabled=false" in task.args
 
 
+_SEEN: list = []
+
+
+def _straggler_converter(args) -> list[str]:
+    _SEEN.append(args)
+    return [f"--straggler-threshold={args.gpu_relative_perf_threshold}"]
+
+
 def test_script_args_converter_fn_receives_every_value():
-    seen = []
-
-    def convert(args):
-        seen.append(args)
-        return [f"--straggler-threshold={args.gpu_relative_perf_threshold}"]
-
+    _SEEN.clear()
     task = script()
-    StragglerDetectionPlugin(gpu_relative_perf_threshold=0.5, script_args_converter_fn=convert).setup(task, local())
+    StragglerDetectionPlugin(gpu_relative_perf_threshold=0.5, script_args_converter_fn=_straggler_converter).setup(
+        task, local()
+    )
     assert task.args == ["--straggler-threshold=0.5"]
-    assert seen[0].report_time_interval == 300.0 and seen[0].logger_name.endswith("NVRxStragglerDetection")
+    assert _SEEN[0].report_time_interval == 300.0 and _SEEN[0].logger_name.endswith("NVRxStragglerDetection")
 
 
 def test_python_file_with_bash_entrypoint_is_a_clear_error(tmp_path):

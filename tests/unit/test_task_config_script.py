@@ -93,10 +93,15 @@ def test_converter_escape_hatch_appends_whatever_it_returns():
 
 
 def test_read_config_field_sees_every_form():
-    assert read_config_field(script("dist.distributed_timeout_minutes=20"), "dist", "distributed_timeout_minutes") == 20
-    assert read_config_field(script("++ft.calc_ft_timeouts=false"), "ft", "calc_ft_timeouts") is False
-    assert read_config_field(script("ft={calc_ft_timeouts:true}"), "ft", "calc_ft_timeouts") is True
-    assert read_config_field(script(), "ft", "calc_ft_timeouts") is None
+    assert (
+        read_config_field(
+            script("dist.distributed_timeout_minutes=20"), "dist", "distributed_timeout_minutes", plugin="T"
+        )
+        == 20
+    )
+    assert read_config_field(script("++ft.calc_ft_timeouts=false"), "ft", "calc_ft_timeouts", plugin="T") is False
+    assert read_config_field(script("ft={calc_ft_timeouts:true}"), "ft", "calc_ft_timeouts", plugin="T") is True
+    assert read_config_field(script(), "ft", "calc_ft_timeouts", plugin="T") is None
 
 
 def test_unknown_section_and_task_type():
