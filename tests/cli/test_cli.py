@@ -1,24 +1,53 @@
-"""The nemo-resiliency CLI driven as a user would: a subprocess, real recipes, NeMo-Run's real dry run."""
+"""The nemo-resiliency CLI driven as a user would: its entry point with real recipes and NeMo-Run's real dry
+run. The commands run in this process (``cli.main``: the same argument parsing, output and exit codes as the
+installed command, without a fresh interpreter importing NeMo-Run for each case); one test runs the command as a
+subprocess, and tests/cli/test_cli_errors.py runs the installed console script.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
+import nemo_run as run
 import pytest
 
+from nemo_resiliency_plugins.cli import main
 from nemo_resiliency_plugins.recipes import RECIPES
 
-CLI = [sys.executable, "-m", "nemo_resiliency_plugins.cli"]
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    """``nemo-resiliency ARGS`` through the entry point in this process: its exit code, stdout and stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    # NeMo-Run's Slurm packaging runs a shell command that reads stdin, which pytest's captured stdin refuses:
+    # an empty one, as a command run from a script without input has.
+    with open(os.devnull) as devnull, contextlib.ExitStack() as stack:
+        saved, sys.stdin = sys.stdin, devnull
+        stack.callback(setattr, sys, "stdin", saved)
+        stack.enter_context(contextlib.redirect_stdout(out))
+        stack.enter_context(contextlib.redirect_stderr(err))
+        try:
+            main(list(args))
+            code = 0
+        except SystemExit as done:
+            code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+    return subprocess.CompletedProcess(["nemo-resiliency", *args], code, out.getvalue(), err.getvalue())
 
 
-def cli(*args: str, env: dict | None = None, timeout: int = 180) -> subprocess.CompletedProcess:
-    full_env = os.environ | {"COLUMNS": "200"} | (env or {})
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, env=full_env)
+def test_the_command_runs_as_a_subprocess_too():
+    out = subprocess.run(
+        [sys.executable, "-m", "nemo_resiliency_plugins.cli", "list", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert out.returncode == 0, out.stderr
+    assert {r["name"] for r in json.loads(out.stdout)} == set(RECIPES)
 
 
 def test_list_names_every_recipe():
@@ -82,41 +111,21 @@ def test_doctor_passes_a_good_recipe():
     assert {"launcher is ft_launcher", "section timeouts declared", "ft_launcher resolvable"} <= names
 
 
-PLANT = textwrap.dedent(
-    """
-    import sys
-    import nemo_run as run
-
-    def main(kind, base):
-        args = ["ft.enable_ft_package=true", "ft.calc_ft_timeouts=true", f"checkpoint.save={base}/ckpt"]
-        if kind == "heartbeats-only":  # what Megatron Bridge's own FaultTolerancePlugin produces
-            launcher = run.FaultTolerance(max_restarts=3, initial_rank_heartbeat_timeout=1800,
-                                          rank_heartbeat_timeout=300)
-        elif kind == "torchrun":
-            launcher = "torchrun"
-        elif kind == "bare-ft":  # launcher="ft": NeMo-Run emits --ignore-missing-fault-tol-cfg
-            launcher = run.FaultTolerance()
-        executor = run.LocalExecutor(ntasks_per_node=2, launcher=launcher)
-        task = run.Script(path="train.py", entrypoint="python", args=args)
-        with run.Experiment(kind, base_dir=base) as exp:
-            exp.add(task, executor=executor, name="train")
-            exp.dryrun(log=False, delete_exp_dir=False)
-            print("EXPDIR", exp._exp_dir)
-
-    if __name__ == "__main__":
-        main(sys.argv[1], sys.argv[2])
-    """
-)
-
-
 def plant(kind: str, tmp_path: Path) -> str:
-    script = tmp_path / "plant.py"
-    script.write_text(PLANT)
-    out = subprocess.run(
-        [sys.executable, str(script), kind, str(tmp_path)], capture_output=True, text=True, timeout=180, cwd=tmp_path
-    )
-    assert out.returncode == 0, out.stderr
-    return next(line.split(" ", 1)[1] for line in out.stdout.splitlines() if line.startswith("EXPDIR"))
+    """A saved experiment (NeMo-Run dry run, kept on disk) with one planted mistake; its directory."""
+    args = ["ft.enable_ft_package=true", "ft.calc_ft_timeouts=true", f"checkpoint.save={tmp_path}/ckpt"]
+    if kind == "heartbeats-only":  # what Megatron Bridge's own FaultTolerancePlugin produces
+        launcher = run.FaultTolerance(max_restarts=3, initial_rank_heartbeat_timeout=1800, rank_heartbeat_timeout=300)
+    elif kind == "torchrun":
+        launcher = "torchrun"
+    elif kind == "bare-ft":  # launcher="ft": NeMo-Run emits --ignore-missing-fault-tol-cfg
+        launcher = run.FaultTolerance()
+    executor = run.LocalExecutor(ntasks_per_node=2, launcher=launcher)
+    task = run.Script(path="train.py", entrypoint="python", args=args)
+    with run.Experiment(kind, base_dir=str(tmp_path)) as exp:
+        exp.add(task, executor=executor, name="train")
+        exp.dryrun(log=False, delete_exp_dir=False)
+        return exp._exp_dir
 
 
 def failing(out: subprocess.CompletedProcess) -> set[str]:
