@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "benchmarks" / "recovery.py"
+FIGURE = re.compile(r"-?[0-9]+(\.[0-9]+)?\b")  # a number leads the cell (min / median / max may follow)
 
 
 def _benchmark_rows() -> tuple[str, ...]:
@@ -57,10 +59,12 @@ def test_smoke_benchmark_writes_every_row(tmp_path):
     jobs = [line for line in proc.stdout.splitlines() if " rep 1: " in line]
     assert len(jobs) == 8, proc.stdout[-4000:]
     assert all(" rep 1: SUCCEEDED " in line for line in jobs), "\n".join(jobs)
+    # The figures themselves are not judged here: the smoke run shares the machine with the rest of the suite
+    # (two test workers), so a time lost can even come out negative; a quiet full run measures them.
     for rid in ("1c", "2b", "3c", "4a"):
         cells = next(line for line in text.splitlines() if line.startswith(f"| {rid} |")).split("|")
         baseline, ours = cells[3].strip(), cells[4].strip()
-        assert baseline[:1].isdigit() and ours[:1].isdigit(), f"row {rid} lacks a figure: {cells}"
+        assert FIGURE.match(baseline) and FIGURE.match(ours), f"row {rid} lacks a figure: {cells}"
     # The same table is printed.
     assert all(f"| {row} |" in proc.stdout for row in rows), proc.stdout[-4000:]
     # One timeline per fault case.

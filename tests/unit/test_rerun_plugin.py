@@ -111,10 +111,24 @@ def test_users_agreeing_override_is_kept_and_a_conflicting_one_is_reported():
         RerunStateMachinePlugin().setup(script("rerun_state_machine.check_for_nan_in_loss=false"), local())
 
 
-def test_setup_logs_the_exit_codes(caplog):
-    with caplog.at_level(logging.INFO, logger="nemo_resiliency_plugins.rerun"):
+def test_setup_logs_the_exit_codes():
+    # A handler on the plugin's own logger, enabled for this test: an earlier test in the same process may have
+    # run a library's logging.config (which disables loggers it does not name) or replaced the root handlers.
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = records.append  # type: ignore[method-assign]
+    log = logging.getLogger("nemo_resiliency_plugins.rerun")
+    saved = (log.level, log.disabled)
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.disabled = False
+    try:
         RerunStateMachinePlugin().setup(script(), local())
-    assert any("exit code 16" in r.getMessage() and "17" in r.getMessage() for r in caplog.records)
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(saved[0])
+        log.disabled = saved[1]
+    assert any("exit code 16" in r.getMessage() and "17" in r.getMessage() for r in records)
 
 
 def _rerun_converter(args) -> list[str]:
