@@ -1,7 +1,7 @@
 """The nemo-resiliency CLI driven as a user would: its entry point with real recipes and NeMo-Run's real dry
 run. The commands run in this process (``cli.main``: the same argument parsing, output and exit codes as the
-installed command, without a fresh interpreter importing NeMo-Run for each case); one test runs the command as a
-subprocess, and tests/cli/test_cli_errors.py runs the installed console script.
+installed command, without a fresh interpreter importing NeMo-Run for each case); one test here and one in
+tests/cli/test_cli_errors.py run the command as a subprocess.
 """
 
 from __future__ import annotations
