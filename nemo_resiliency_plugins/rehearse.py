@@ -266,7 +266,7 @@ _EVENT_PATTERNS = [
     (re.compile(r"EXIT on signal step=(\d+)"), "exit on signal"),
     (re.compile(r"RESUMED from step (\d+)"), "resumed"),
     (re.compile(r"STARTING from scratch"), "training started"),
-    (re.compile(r"\[rank\d+\]: (\w+(?:Error|Exception|Interrupt)\b.*)$"), "rank error"),
+    (re.compile(r"\[rank\d+\]: (\w+(?:Error|Exception|Interrupt)\b.*)"), "rank error"),
     (re.compile(r"FINISHED step=(\d+)"), "finished"),
 ]
 _DETECTIONS = ("section timeout", "out-of-section timeout", "heartbeat timeout", "worker group failed",

@@ -80,7 +80,7 @@ class SubmittedJob:
         """``SLURM_RESTART_COUNT`` -> that attempt's srun output (NeMo-Run names it ``..._<restart>.out``)."""
         out = {}
         for f in self.task_dir().glob("log-*.out"):
-            m = re.search(r"_(\d+)\.out$", f.name)
+            m = re.search(r"_(\d+)\.out\Z", f.name)
             if m:
                 out[int(m.group(1))] = f.read_text(errors="replace")
         return out
