@@ -12,9 +12,11 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from nemo_resiliency_plugins.async_checkpoint import AsyncCheckpointPlugin, AsyncCheckpointPluginScriptArgs
     from nemo_resiliency_plugins.errors import ResiliencyConfigError
     from nemo_resiliency_plugins.fault_tolerance import FaultTolerancePlugin, FaultTolerancePluginScriptArgs
     from nemo_resiliency_plugins.inprocess_restart import InProcessRestartPlugin
+    from nemo_resiliency_plugins.local_checkpoint import LocalCheckpointPlugin, LocalCheckpointPluginScriptArgs
     from nemo_resiliency_plugins.preemption import (
         PreemptionPlugin,
         PreemptionPluginScriptArgs,
@@ -25,9 +27,13 @@ if TYPE_CHECKING:
 
 #: public name -> the module that defines it
 _EXPORTS = {
+    "AsyncCheckpointPlugin": "async_checkpoint",
+    "AsyncCheckpointPluginScriptArgs": "async_checkpoint",
     "FaultTolerancePlugin": "fault_tolerance",
     "FaultTolerancePluginScriptArgs": "fault_tolerance",
     "InProcessRestartPlugin": "inprocess_restart",
+    "LocalCheckpointPlugin": "local_checkpoint",
+    "LocalCheckpointPluginScriptArgs": "local_checkpoint",
     "PreemptionPlugin": "preemption",
     "PreemptionPluginScriptArgs": "preemption",
     "PreemptionTimeWarning": "preemption",
@@ -38,9 +44,13 @@ _EXPORTS = {
     "StragglerDetectionPluginScriptArgs": "straggler",
 }
 __all__ = [
+    "AsyncCheckpointPlugin",
+    "AsyncCheckpointPluginScriptArgs",
     "FaultTolerancePlugin",
     "FaultTolerancePluginScriptArgs",
     "InProcessRestartPlugin",
+    "LocalCheckpointPlugin",
+    "LocalCheckpointPluginScriptArgs",
     "PreemptionPlugin",
     "PreemptionPluginScriptArgs",
     "PreemptionTimeWarning",

@@ -57,6 +57,7 @@ import nemo_run as run
 
 from nemo_resiliency_plugins import executor_config, task_config
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
+from nemo_resiliency_plugins.local_checkpoint import local_checkpoints_on
 from nemo_resiliency_plugins.validation import Checker
 
 logger = logging.getLogger(__name__)
@@ -166,6 +167,15 @@ class PreemptionPlugin(run.Plugin):
                     "cannot be combined with InProcessRestartPlugin on the same task: Megatron Bridge's exit "
                     "handler and NVRx's in-process wrapper both act on the signal (see InProcessRestartPlugin)"
                 ),
+            )
+        if not self.enable_exit_handler and local_checkpoints_on(task, plugin=name):
+            raise ResiliencyConfigError(
+                name,
+                "enable_exit_handler",
+                False,
+                "True when the task writes local checkpoints (LocalCheckpointPlugin)",
+                detail="the exit handler is what saves a persistent checkpoint on the signal; without it the job "
+                "ends with only node-local checkpoints, which a requeue onto other nodes cannot read",
             )
         if self.enable_exit_handler:
             task_config.set_config_fields(

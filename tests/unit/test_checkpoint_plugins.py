@@ -1,0 +1,251 @@
+"""AsyncCheckpointPlugin and LocalCheckpointPlugin: validation, cross-plugin rules, and what setup() does to real
+tasks (run.Script and run.Partial, through a real NeMo-Run Experiment on every executor type)."""
+
+from __future__ import annotations
+
+import nemo_run as run
+import pytest
+
+from nemo_resiliency_plugins import (
+    AsyncCheckpointPlugin,
+    FaultTolerancePlugin,
+    LocalCheckpointPlugin,
+    PreemptionPlugin,
+    ResiliencyConfigError,
+)
+from nemo_resiliency_plugins.async_checkpoint import CONFIG_FIELDS as ASYNC_FIELDS
+from nemo_resiliency_plugins.local_checkpoint import CONFIG_FIELDS as LOCAL_FIELDS
+from tests.helpers import add_job
+
+SCHEDULE = ["checkpoint.save=/ckpt", "checkpoint.load=/ckpt", "checkpoint.save_interval=100"]
+
+
+def script(*args):
+    return run.Script(path="/tmp/nrp-train.py", entrypoint="python", args=list(args))
+
+
+def local():
+    return run.LocalExecutor(ntasks_per_node=2)
+
+
+def slurm(tmp_path, nodes=2, per_node=8, **kw):
+    return run.SlurmExecutor(
+        account="acct",
+        partition="debug",
+        nodes=nodes,
+        ntasks_per_node=per_node,
+        time="04:00:00",
+        tunnel=run.LocalTunnel(job_dir=str(tmp_path / "slurm-jobs")),
+        packager=run.Packager(),
+        **kw,
+    )
+
+
+def lcp(**kw):
+    return LocalCheckpointPlugin(
+        **{"non_persistent_local_ckpt_dir": "/local/ckpt", "non_persistent_save_interval": 10, **kw}
+    )
+
+
+# ------------------------------------------------------------------------------------------- validation
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "allowed"),
+    [
+        ("async_strategy", "torch", "one of 'nvrx', 'mcore'"),
+        ("use_persistent_ckpt_worker", False, "True"),
+        ("use_persistent_ckpt_worker", "yes", "True or False"),
+        ("ckpt_format", "torch", "one of 'torch_dist', 'fsdp_dtensor'"),
+        ("ckpt_format", "torch_dcp", "one of 'torch_dist', 'fsdp_dtensor'"),
+        ("async_ckpt_cpu_priority", 20, "[0, 19]"),
+        ("async_ckpt_cpu_priority", -1, "[0, 19]"),
+        ("async_ckpt_io_priority", 4, "[0, 3]"),
+        ("async_ckpt_io_priority", 1.0, "integer"),
+        ("async_ckpt_use_cpu_shm", 1, "True or False"),
+        ("async_write_results_mp_mode", "thread", "'fork', 'spawn', 'forkserver'"),
+        ("dist_ckpt_workers", 0, ">= 1"),
+        ("script_args_converter_fn", "x", "function"),
+    ],
+)
+def test_async_bad_values_name_plugin_field_value_and_range(field, value, allowed):
+    with pytest.raises(ResiliencyConfigError) as info:
+        AsyncCheckpointPlugin(**{field: value})
+    text = str(info.value)
+    assert f"AsyncCheckpointPlugin.{field} = {value!r}" in text
+    assert allowed in text
+
+
+def test_async_cpu_shm_only_with_nvrx_strategy():
+    with pytest.raises(ResiliencyConfigError, match="async_strategy='mcore' would ignore it"):
+        AsyncCheckpointPlugin(async_strategy="mcore", async_ckpt_use_cpu_shm=True)
+    AsyncCheckpointPlugin(async_ckpt_use_cpu_shm=True)
+
+
+@pytest.mark.parametrize(
+    ("kw", "field", "allowed"),
+    [
+        ({"non_persistent_local_ckpt_dir": None}, "non_persistent_local_ckpt_dir", "absolute path"),
+        ({"non_persistent_local_ckpt_dir": "ckpt"}, "non_persistent_local_ckpt_dir", "absolute path"),
+        ({"non_persistent_local_ckpt_dir": "/x;rm -rf /"}, "non_persistent_local_ckpt_dir", "without newlines"),
+        ({"non_persistent_local_ckpt_dir": "/x\n"}, "non_persistent_local_ckpt_dir", "without newlines"),
+        ({"non_persistent_save_interval": None}, "non_persistent_save_interval", ">= 1"),
+        ({"non_persistent_save_interval": 0}, "non_persistent_save_interval", ">= 1"),
+        ({"non_persistent_save_interval": 2.0}, "non_persistent_save_interval", "integer"),
+        ({"non_persistent_local_ckpt_algo": "fast"}, "non_persistent_local_ckpt_algo", "'fully_parallel', 'atomic'"),
+        ({"replication": "true"}, "replication", "True or False"),
+        ({"replication_jump": 8}, "replication_jump", "unless replication=True"),
+        ({"replication_factor": 3}, "replication_factor", "unless replication=True"),
+        ({"replication": True}, "replication_jump", ">= 1 with replication=True"),
+        ({"replication": True, "replication_jump": 0}, "replication_jump", ">= 1"),
+        ({"replication": True, "replication_jump": 8, "replication_factor": 1}, "replication_factor", ">= 2"),
+    ],
+)
+def test_local_bad_values_name_plugin_field_value_and_range(kw, field, allowed):
+    with pytest.raises(ResiliencyConfigError) as info:
+        lcp(**kw)
+    text = str(info.value)
+    assert f"LocalCheckpointPlugin.{field} = " in text
+    assert allowed in text
+
+
+def test_config_values_cover_every_field():
+    assert tuple(AsyncCheckpointPlugin().config_values()) == ASYNC_FIELDS
+    assert tuple(lcp().config_values()) == LOCAL_FIELDS
+    assert AsyncCheckpointPlugin().config_values()["async_save"] is True
+    assert lcp().config_values()["non_persistent_ckpt_type"] == "local"
+
+
+# ---------------------------------------------------------------------------------------- run.Script
+
+
+def test_async_script_gets_one_override_per_field():
+    task = script(*SCHEDULE)
+    AsyncCheckpointPlugin().setup(task, local())
+    assert task.args[:3] == SCHEDULE
+    assert "checkpoint.async_save=true" in task.args
+    assert "checkpoint.async_strategy=nvrx" in task.args
+    assert "checkpoint.ckpt_format=torch_dist" in task.args
+    assert len(task.args) == 3 + len(ASYNC_FIELDS)
+
+
+def test_local_script_gets_one_override_per_field(tmp_path):
+    task = script(*SCHEDULE)
+    lcp(replication=True, replication_jump=8).setup(task, slurm(tmp_path))
+    assert "checkpoint.non_persistent_ckpt_type=local" in task.args
+    assert "checkpoint.non_persistent_local_ckpt_dir=/local/ckpt" in task.args
+    assert "checkpoint.replication=true" in task.args and "checkpoint.replication_jump=8" in task.args
+    assert len(task.args) == 3 + len(LOCAL_FIELDS)
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        ([], "checkpoint.save"),
+        (["checkpoint.ckpt_format=torch", "checkpoint.save=/c"], "checkpoint.ckpt_format='torch'"),
+        (["checkpoint.save=/c", "checkpoint.async_save=false"], "checkpoint.async_save"),
+        (["checkpoint.save=/c", "checkpoint.async_strategy=mcore"], "checkpoint.async_strategy"),
+    ],
+)
+def test_async_refuses_a_task_it_cannot_make_work_naming_both_settings(args, named):
+    with pytest.raises(ResiliencyConfigError) as info:
+        AsyncCheckpointPlugin().setup(script(*args), local())
+    assert named in str(info.value) and "AsyncCheckpointPlugin" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        ([], "checkpoint.save"),
+        (["checkpoint.save=/c", "checkpoint.load=/c"], "checkpoint.save_interval"),
+        (["checkpoint.save=/c", "checkpoint.save_interval=100"], "checkpoint.load"),
+        (["checkpoint.save=/c", "checkpoint.load=/c", "checkpoint.save_interval=10"], "save_interval=10"),
+        ([*SCHEDULE, "checkpoint.non_persistent_ckpt_type=global"], "checkpoint.non_persistent_ckpt_type"),
+        ([*SCHEDULE, "checkpoint.also_save_hf_checkpoint=true"], "also_save_hf_checkpoint"),
+    ],
+)
+def test_local_refuses_a_task_without_a_durable_schedule(args, named):
+    with pytest.raises(ResiliencyConfigError) as info:
+        lcp().setup(script(*args), local())
+    assert named in str(info.value) and "LocalCheckpointPlugin" in str(info.value)
+
+
+def test_local_only_schedule_with_preemption_names_the_requeue():
+    task = script("checkpoint.save=/c", "checkpoint.load=/c")
+    PreemptionPlugin().setup(task, local())
+    with pytest.raises(ResiliencyConfigError, match="PreemptionPlugin's requeue") as info:
+        lcp().setup(task, local())
+    assert "checkpoint.save_interval" in str(info.value)
+
+
+# --------------------------------------------------------------------------------- cross-plugin rules
+
+
+def test_replication_factor_above_the_node_count_is_refused(tmp_path):
+    with pytest.raises(ResiliencyConfigError, match=r"at most the job's node count \(2, executor.nodes\)"):
+        lcp(replication=True, replication_jump=8, replication_factor=3).setup(script(*SCHEDULE), slurm(tmp_path))
+    with pytest.raises(ResiliencyConfigError, match=r"node count \(1"):
+        lcp(replication=True, replication_jump=2).setup(script(*SCHEDULE), local())
+
+
+def test_replicas_on_the_same_node_are_refused(tmp_path):
+    with pytest.raises(ResiliencyConfigError, match=r"multiple of the ranks per node \(8") as info:
+        lcp(replication=True, replication_jump=4).setup(script(*SCHEDULE), slurm(tmp_path))
+    assert "LocalCheckpointPlugin.replication_jump = 4" in str(info.value)
+    lcp(replication=True, replication_jump=8).setup(script(*SCHEDULE), slurm(tmp_path))
+    lcp(replication=True, replication_jump=8, replication_factor=2).setup(script(*SCHEDULE), slurm(tmp_path, nodes=4))
+
+
+@pytest.mark.parametrize("order", ["local-first", "preemption-first"])
+def test_preemption_without_exit_handler_and_local_checkpoints_is_refused_in_either_order(order, tmp_path):
+    plugins = [lcp(), PreemptionPlugin(enable_exit_handler=False, preempt_time=120)]
+    if order == "preemption-first":
+        plugins.reverse()
+    with pytest.raises(ResiliencyConfigError, match="only node-local checkpoints|only local checkpoints") as info:
+        add_job(script(*SCHEDULE), slurm(tmp_path), plugins)
+    text = str(info.value)
+    assert ("PreemptionPlugin.enable_exit_handler" in text) or ("train.exit_signal_handler" in text)
+
+
+@pytest.mark.parametrize("kind", ["local", "slurm", "docker"])
+def test_every_executor_type_through_a_real_experiment_with_the_other_plugins(kind, tmp_path):
+    executor = {
+        "local": local,
+        "slurm": lambda: slurm(tmp_path),
+        "docker": lambda: run.DockerExecutor(container_image="x", num_gpus=0),
+    }[kind]()
+    plugins = [FaultTolerancePlugin(), PreemptionPlugin(), AsyncCheckpointPlugin(), lcp()]
+    if kind == "docker":
+        plugins = plugins[2:]
+    job = add_job(script(*SCHEDULE), executor, plugins)
+    assert "checkpoint.async_save=true" in job.task.args
+    assert "checkpoint.non_persistent_ckpt_type=local" in job.task.args
+    assert sum(a.startswith("checkpoint.save=") for a in job.task.args) == 1
+
+
+# ------------------------------------------------------------------------------------ run.Partial
+
+
+def _train(config=None):  # a stand-in callable: only the fiddle tree matters here
+    return config
+
+
+def test_partial_without_a_config_container_is_a_clear_error():
+    with pytest.raises(ResiliencyConfigError, match="ConfigContainer"):
+        lcp().setup(run.Partial(_train), local())
+
+
+_SEEN: list = []
+
+
+def _local_converter(args) -> list[str]:
+    _SEEN.append(args)
+    return [f"--local-dir={args.non_persistent_local_ckpt_dir}", f"--local-every={args.non_persistent_save_interval}"]
+
+
+def test_script_args_converter_fn_receives_every_value():
+    _SEEN.clear()
+    task = script()
+    lcp(script_args_converter_fn=_local_converter).setup(task, local())
+    assert task.args == ["--local-dir=/local/ckpt", "--local-every=10"]
+    assert _SEEN[0].non_persistent_ckpt_type == "local" and _SEEN[0].replication is False
