@@ -223,10 +223,48 @@ def check_job(
         wrong = {k: executor.env_vars.get(k) for k, v in want.items() if str(executor.env_vars.get(k)) != v}
         checks.append(_check("in-process env vars", not wrong, f"wrong or missing: {wrong}" if wrong else str(want)))
 
-    # 8. The timeout chain.
+    # 8. Async and local checkpoints, as the task carries them (plugins or hand-written overrides).
+    checks.extend(_checkpoint_checks(task, executor))
+
+    # 9. The timeout chain.
     nccl = _nccl_timeout_s(task)
     for link in timeout_chain(plugins, executor, step_time_s=step_time_s, save_time_s=save_time_s, nccl_timeout_s=nccl):
         checks.append(Check(f"timeouts: {link.name}", {True: "pass", False: "FAIL", None: "n/a"}[link.ok], link.detail))
+    return checks
+
+
+def _checkpoint_checks(task: Any, executor: Any) -> list[Check]:
+    """The rules of AsyncCheckpointPlugin / LocalCheckpointPlugin, applied to what the task will run with."""
+    from nemo_resiliency_plugins.async_checkpoint import ASYNC_FORMATS
+    from nemo_resiliency_plugins.local_checkpoint import check_durable_schedule, check_exit_saves_persistent
+    from nemo_resiliency_plugins.task_config import read_config_field
+
+    def read(field: str) -> Any:
+        return read_config_field(task, "checkpoint", field, plugin="doctor")
+
+    checks: list[Check] = []
+    if str(read("async_save")).lower() == "true":
+        fmt = read("ckpt_format") or "torch_dist"
+        ok = fmt in ASYNC_FORMATS and read("save") is not None
+        checks.append(_check("async save: format and checkpoint.save", ok, f"ckpt_format={fmt}, save={read('save')}"))
+    if read("non_persistent_ckpt_type") == "local":
+        problem = None
+        interval = read("non_persistent_save_interval")
+        try:
+            if read("non_persistent_local_ckpt_dir") is None:
+                problem = "checkpoint.non_persistent_local_ckpt_dir is not set"
+            else:
+                check_durable_schedule(task, int(interval or 0), plugin="doctor")
+                check_exit_saves_persistent(task, executor, plugin="doctor")
+        except (ResiliencyConfigError, TypeError, ValueError) as err:
+            problem = str(err)
+        checks.append(
+            _check(
+                "local checkpoints: persistent save/load schedule beside them",
+                problem is None,
+                problem or f"local every {interval} steps, persistent every {read('save_interval')}",
+            )
+        )
     return checks
 
 

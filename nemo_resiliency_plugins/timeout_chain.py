@@ -8,7 +8,13 @@ Each mechanism has its own clock, and they only work in a certain order, which n
   (``dist.distributed_timeout_minutes``) longer than ``hard_timeout``, or NCCL tears the job down first;
 * ``preempt_time`` must leave time for one step plus one checkpoint save;
 * the launcher's SIGTERM -> SIGKILL grace period must outlast that save;
-* the Slurm time limit must exceed all of these.
+* the Slurm time limit must exceed all of these;
+* with AsyncCheckpointPlugin the FT ``checkpointing`` section still has to cover a whole save: it wraps the
+  blocking finalisation at exit, and Megatron Bridge does not recompute it while async save is on; and
+  ``preempt_time`` too, since the exit waits for the write;
+* with LocalCheckpointPlugin the preemption exit must write a persistent checkpoint (Megatron Bridge's exit
+  handler does; without it only node-local checkpoints remain), and ``replication_factor`` cannot exceed the
+  job's nodes.
 
 Plugins are read by class name and field, so this module works with whichever plugins are installed.
 """
@@ -75,7 +81,16 @@ def timeout_chain(
         sections = ft.section_timeouts
         step_t, save_t = sections.get("step"), sections.get("checkpointing")
         links.append(_cmp("FT step timeout > one step", step_t, step_time_s, "step timeout", "step time"))
-        links.append(_cmp("FT checkpointing timeout > one save", save_t, save_time_s, "checkpointing timeout", "save"))
+        if _by_class(plugins, "AsyncCheckpointPlugin") is not None:
+            # The section also wraps the blocking finalisation at exit, which waits for a whole write, and
+            # Megatron Bridge never recomputes it with async save on: it must cover a synchronous-size save.
+            link = _cmp("FT checkpointing timeout > one save", save_t, save_time_s, "checkpointing timeout", "save")
+            link.name = "FT checkpointing timeout > one whole save (async: exit waits for the write, not recomputed)"
+            links.append(link)
+        else:
+            links.append(
+                _cmp("FT checkpointing timeout > one save", save_t, save_time_s, "checkpointing timeout", "save")
+            )
         if ft.workload_check_interval and step_t:
             ok = ft.workload_check_interval < step_t
             links.append(
@@ -130,6 +145,7 @@ def timeout_chain(
                     f"{limit:g} s vs {preempt.preempt_time:g} s",
                 )
             )
+    links.extend(_checkpoint_links(plugins, executor, preempt))
     if limit is not None and ft is not None and ft.workload_style == "sections":
         setup = ft.section_timeouts.get("setup")
         if setup:
@@ -141,6 +157,44 @@ def timeout_chain(
                     f"{limit:g} s vs {setup:g} s",
                 )
             )
+    return links
+
+
+def _checkpoint_links(plugins: list[Any], executor: Any, preempt: Any) -> list[Link]:
+    """Async and local checkpoints against preemption and the job's nodes."""
+    links: list[Link] = []
+    local = _by_class(plugins, "LocalCheckpointPlugin")
+    asynchronous = _by_class(plugins, "AsyncCheckpointPlugin")
+    if preempt is not None and (local is not None or asynchronous is not None):
+        handler = bool(getattr(preempt, "enable_exit_handler", True))
+        what = "a persistent checkpoint (Megatron Bridge's exit path saves with non_persistent_ckpt=False"
+        what += ", then blocks until the async write is finalised)" if asynchronous is not None else ")"
+        links.append(
+            Link(
+                "preemption exit leaves a durable checkpoint",
+                "PreemptionPlugin.enable_exit_handler and checkpoint.save",
+                handler,
+                what
+                if handler
+                else "enable_exit_handler=False: the signal saves nothing and only local checkpoints remain, which a "
+                "requeue onto other nodes cannot read",
+            )
+        )
+    if local is not None and getattr(local, "replication", False):
+        try:
+            nodes = int(executor.nnodes()) if executor is not None else None
+        except (AttributeError, NotImplementedError, TypeError, ValueError):
+            nodes = None
+        factor = local.replication_factor
+        links.append(
+            Link(
+                "replication_factor <= nodes",
+                "LocalCheckpointPlugin.replication_factor <= executor.nodes",
+                None if nodes is None else factor <= nodes,
+                f"{factor} replicas on {nodes if nodes is not None else 'an unknown number of'} nodes"
+                + (" (some replicas share the node they protect)" if nodes is not None and factor > nodes else ""),
+            )
+        )
     return links
 
 

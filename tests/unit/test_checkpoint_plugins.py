@@ -249,3 +249,55 @@ def test_script_args_converter_fn_receives_every_value():
     lcp(script_args_converter_fn=_local_converter).setup(task, local())
     assert task.args == ["--local-dir=/local/ckpt", "--local-every=10"]
     assert _SEEN[0].non_persistent_ckpt_type == "local" and _SEEN[0].replication is False
+
+
+# ------------------------------------------------------------------------------- timeout chain and doctor
+
+
+def _links(plugins, executor, **kw):
+    from nemo_resiliency_plugins.timeout_chain import timeout_chain
+
+    return {link.name: link for link in timeout_chain(plugins, executor, **kw)}
+
+
+def test_timeout_chain_async_checkpointing_timeout_must_cover_a_whole_save(tmp_path):
+    ft = FaultTolerancePlugin()
+    save_t = ft.section_timeouts["checkpointing"]
+    links = _links([ft, AsyncCheckpointPlugin()], slurm(tmp_path), save_time_s=save_t + 1)
+    (name,) = [n for n in links if n.startswith("FT checkpointing timeout")]
+    assert "async" in name and links[name].ok is False
+    assert _links([ft, AsyncCheckpointPlugin()], slurm(tmp_path), save_time_s=save_t - 1)[name].ok is True
+
+
+def test_timeout_chain_preemption_exit_and_replication_links(tmp_path):
+    rep = lcp(replication=True, replication_jump=8, replication_factor=2)
+    bad = _links([PreemptionPlugin(enable_exit_handler=False), rep], slurm(tmp_path, nodes=1))
+    assert bad["preemption exit leaves a durable checkpoint"].ok is False
+    assert bad["replication_factor <= nodes"].ok is False
+    good = _links([PreemptionPlugin(), AsyncCheckpointPlugin(), rep], slurm(tmp_path, nodes=2))
+    assert good["preemption exit leaves a durable checkpoint"].ok is True
+    assert "blocks until the async write" in good["preemption exit leaves a durable checkpoint"].detail
+    assert good["replication_factor <= nodes"].ok is True
+
+
+def test_doctor_reads_async_and_local_settings_from_the_task_without_plugins():
+    from nemo_resiliency_plugins.doctor import check_job
+
+    bad = script(
+        "checkpoint.save=/c",
+        "checkpoint.async_save=true",
+        "checkpoint.ckpt_format=torch",
+        "checkpoint.non_persistent_ckpt_type=local",
+        "checkpoint.non_persistent_local_ckpt_dir=/l",
+        "checkpoint.non_persistent_save_interval=5",
+    )
+    verdicts = {c.name: c for c in check_job(bad, local(), [])}
+    assert verdicts["async save: format and checkpoint.save"].verdict == "FAIL"
+    local_check = verdicts["local checkpoints: persistent save/load schedule beside them"]
+    assert local_check.verdict == "FAIL" and "checkpoint.save_interval" in local_check.detail
+    task = script(*SCHEDULE)
+    AsyncCheckpointPlugin().setup(task, local())
+    lcp().setup(task, local())
+    verdicts = {c.name: c.verdict for c in check_job(task, local(), [])}
+    assert verdicts["async save: format and checkpoint.save"] == "pass"
+    assert verdicts["local checkpoints: persistent save/load schedule beside them"] == "pass"
