@@ -83,14 +83,16 @@ def make_task(script: str | None = None, partial: bool = False) -> Any:
     if partial:
         from nemo_resiliency_plugins.testing import workload
 
-        return run.Partial(workload.pretrain, config=workload.reference_config_buildable("/checkpoints"))
+        config = workload.reference_config_buildable("/checkpoints")
+        config.checkpoint.load, config.checkpoint.save_interval = "/checkpoints", 1000
+        return run.Partial(workload.pretrain, config=config)
     if script:
         return run.Script(path=script, entrypoint="python")
     return run.Script(
         path="nemo_resiliency_plugins.testing.workload",
         m=True,
         entrypoint="python",
-        args=["checkpoint.save=/checkpoints"],
+        args=["checkpoint.save=/checkpoints", "checkpoint.load=/checkpoints", "checkpoint.save_interval=1000"],
     )
 
 

@@ -176,6 +176,10 @@ def rehearsal_plugins(plugins: list[Any]) -> tuple[list[Any], list[str], list[st
                 f"PreemptionPlugin.preempt_time={plugin.preempt_time}: Slurm's --signal=B:TERM@{plugin.preempt_time} "
                 "needs a Slurm time limit; the rehearsal's 'sigterm' fault sends the signal to a rank directly"
             )
+        elif name == "LocalCheckpointPlugin":
+            plugin, notes, gaps = _rehearsal_local(plugin)
+            scaled += notes
+            missing += gaps
         elif name == "StragglerDetectionPlugin":
             if plugin.report_time_interval > STEPS * STEP_TIME_S:
                 missing.append(
@@ -184,6 +188,39 @@ def rehearsal_plugins(plugins: list[Any]) -> tuple[list[Any], list[str], list[st
                 )
         out.append(plugin)
     return out, scaled, missing
+
+
+def _rehearsal_local(plugin: Any) -> tuple[Any, list[str], list[str]]:
+    """Local checkpoints on this machine: more often than the rehearsal's persistent interval, no replication."""
+    notes: list[str] = []
+    gaps = [
+        "LocalCheckpointPlugin.non_persistent_local_ckpt_dir: the rehearsal writes under its own work directory, "
+        "not your nodes' local disk (capacity and speed are not checked)"
+    ]
+    changes: dict[str, Any] = {}
+    if plugin.non_persistent_save_interval >= SAVE_INTERVAL:
+        changes["non_persistent_save_interval"] = max(1, SAVE_INTERVAL // 2)
+        notes.append(
+            f"LocalCheckpointPlugin.non_persistent_save_interval: {plugin.non_persistent_save_interval} -> "
+            f"{changes['non_persistent_save_interval']} (below the rehearsal's persistent interval {SAVE_INTERVAL})"
+        )
+    if plugin.replication:
+        changes.update(replication=False, replication_jump=None, replication_factor=2)
+        gaps.append(
+            "LocalCheckpointPlugin.replication: replicas on other nodes need several nodes; the rehearsal runs on "
+            "one (tests/smoke/test_checkpoint_local.py recovers a lost rank directory from a replica instead)"
+        )
+    return (dataclasses.replace(plugin, **changes) if changes else plugin), notes, gaps
+
+
+def _with_local_dir(plugins: list[Any], directory: Path) -> list[Any]:
+    """Each rehearsal run gets its own local checkpoint directory (a fresh 'node')."""
+    return [
+        dataclasses.replace(p, non_persistent_local_ckpt_dir=str(directory))
+        if _name(p) == "LocalCheckpointPlugin"
+        else p
+        for p in plugins
+    ]
 
 
 def _scale_ft(plugin: Any) -> tuple[Any, list[str]]:
@@ -361,9 +398,15 @@ def _run(
     save = workdir / (save_name or name)
     save.mkdir(parents=True, exist_ok=True)
     task = workload_task(
-        [f"train.train_iters={STEPS}", f"checkpoint.save={save}", f"checkpoint.save_interval={SAVE_INTERVAL}"],
+        [
+            f"train.train_iters={STEPS}",
+            f"checkpoint.save={save}",
+            f"checkpoint.load={save}",
+            f"checkpoint.save_interval={SAVE_INTERVAL}",
+        ],
         env={"NRP_STEP_TIME": str(STEP_TIME_S), **env},
     )
+    plugins = _with_local_dir(plugins, workdir / "local" / (save_name or name))
     base = str(workdir / "nemo_run")
     started = time.monotonic()
     watch = _Watch(os.path.join(base, "experiments", name), started, deadline, stop_on)

@@ -29,6 +29,8 @@ PLUGIN_MODULES = {
     "PreemptionPlugin": "nemo_resiliency_plugins.preemption",
     "RerunStateMachinePlugin": "nemo_resiliency_plugins.rerun",
     "InProcessRestartPlugin": "nemo_resiliency_plugins.inprocess_restart",
+    "AsyncCheckpointPlugin": "nemo_resiliency_plugins.async_checkpoint",
+    "LocalCheckpointPlugin": "nemo_resiliency_plugins.local_checkpoint",
 }
 
 
@@ -107,14 +109,43 @@ RECIPES: dict[str, Recipe] = {
                 "NVRx fault tolerance under ft_launcher with section timeouts (600/180/420 s, out-of-section 300 s) "
                 "and timeouts computed from the first run (ft_state.json), 3 in-job restarts and 2 job retries "
                 "(Slurm requeues); SIGTERM 60 s before the time limit with Megatron Bridge's exit handler saving a "
-                "checkpoint; NVRx straggler detection with threshold 0.7 and a report every 300 seconds."
+                "checkpoint; NVRx straggler detection with threshold 0.7 and a report every 300 seconds; "
+                "checkpoints saved asynchronously (NVRx's writer, torch_dist), so a save does not stall training."
             ),
             executors=("slurm",),
             plugins={
                 "FaultTolerancePlugin": _SLURM_FT,
                 "PreemptionPlugin": {"preempt_time": 60},
                 "StragglerDetectionPlugin": {"gpu_relative_perf_threshold": 0.7, "report_time_interval": 300.0},
+                "AsyncCheckpointPlugin": {},
             },
+            notes=("AsyncCheckpointPlugin needs checkpoint.save on the task (a torch_dist or fsdp_dtensor format).",),
+        ),
+        Recipe(
+            name="slurm-pretraining-local-checkpoints",
+            summary="slurm-pretraining plus node-local checkpoints every 20 steps: less work lost per failure",
+            description=(
+                "Everything in slurm-pretraining, plus NVRx local checkpoints (Megatron Bridge "
+                "non_persistent_ckpt_type='local') to /local/scratch/ckpt every 20 steps beside the persistent "
+                "schedule: an in-job restart on the same nodes resumes from the newest local checkpoint, a requeue "
+                "onto other nodes from the newest persistent one (the preemption exit always writes one)."
+            ),
+            executors=("slurm",),
+            plugins={
+                "FaultTolerancePlugin": _SLURM_FT,
+                "PreemptionPlugin": {"preempt_time": 60},
+                "StragglerDetectionPlugin": {"gpu_relative_perf_threshold": 0.7, "report_time_interval": 300.0},
+                "AsyncCheckpointPlugin": {},
+                "LocalCheckpointPlugin": {
+                    "non_persistent_local_ckpt_dir": "/local/scratch/ckpt",
+                    "non_persistent_save_interval": 20,
+                },
+            },
+            notes=(
+                "The task must set checkpoint.save, checkpoint.load and checkpoint.save_interval (> 20).",
+                "Set LocalCheckpointPlugin.non_persistent_local_ckpt_dir to your nodes' local disk; with 2+ nodes "
+                "add replication: LocalCheckpointPlugin={'replication': True, 'replication_jump': <ranks per node>}.",
+            ),
         ),
         Recipe(
             name="kubernetes",

@@ -301,3 +301,44 @@ def test_doctor_reads_async_and_local_settings_from_the_task_without_plugins():
     verdicts = {c.name: c.verdict for c in check_job(task, local(), [])}
     assert verdicts["async save: format and checkpoint.save"] == "pass"
     assert verdicts["local checkpoints: persistent save/load schedule beside them"] == "pass"
+
+
+# ------------------------------------------------------------------------------------ recipes and rehearse
+
+
+def _recipes():
+    """This checkout's recipe catalog (the installed package may map ``nemo_resiliency_plugins.recipes`` elsewhere)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "recipes" / "__init__.py"
+    spec = importlib.util.spec_from_file_location("nrp_recipes_under_test", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_recipes_carry_the_checkpoint_plugins_and_apply_to_a_real_slurm_job(tmp_path):
+    recipes = _recipes()
+    names = [type(p).__name__ for p in recipes.get_recipe("slurm-pretraining")]
+    assert "AsyncCheckpointPlugin" in names and "LocalCheckpointPlugin" not in names
+    plugins = recipes.get_recipe(
+        "slurm-pretraining-local-checkpoints",
+        LocalCheckpointPlugin={"replication": True, "replication_jump": 8},
+    )
+    job = add_job(script(*SCHEDULE), slurm(tmp_path), plugins)
+    assert "checkpoint.replication=true" in job.task.args and "checkpoint.async_save=true" in job.task.args
+    with pytest.raises(ResiliencyConfigError, match="checkpoint.save_interval"):
+        add_job(script("checkpoint.save=/c", "checkpoint.load=/c"), slurm(tmp_path), plugins)
+
+
+def test_rehearsal_runs_local_checkpoints_on_one_machine_and_says_what_it_cannot():
+    from nemo_resiliency_plugins.rehearse import SAVE_INTERVAL, rehearsal_plugins
+
+    plugins, scaled, missing = rehearsal_plugins(
+        [AsyncCheckpointPlugin(), lcp(non_persistent_save_interval=50, replication=True, replication_jump=8)]
+    )
+    local_plugin = plugins[1]
+    assert local_plugin.non_persistent_save_interval < SAVE_INTERVAL and local_plugin.replication is False
+    assert any("non_persistent_save_interval: 50 ->" in n for n in scaled)
+    assert any("replication" in m and "one" in m for m in missing)
