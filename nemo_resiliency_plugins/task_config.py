@@ -129,6 +129,42 @@ def set_config_fields(
     return changes
 
 
+def config_field_seen(task: run.Script | fdl.Buildable, section: str, field: str, *, plugin: str) -> tuple[bool, Any]:
+    """``(seen, value)``: whether the job's value of ``section.field`` can be known from the task, and that value.
+
+    A ``run.Script`` shows a field only through an override in ``task.args`` (the recipe inside the script is
+    invisible): ``checkpoint.save=/x`` is seen, ``~checkpoint.save`` and ``checkpoint.save=null`` are seen as
+    None. A ``run.Partial`` / ``run.Config`` holding the ``ConfigContainer`` shows every field of a section it
+    sets: a field left unset there has the section class's default. Plugins use it for rules that need to know
+    a value is *absent* (no checkpoint directory at all), which :func:`read_config_field` cannot tell apart
+    from "not visible".
+    """
+    if isinstance(task, run.Script):
+        seen, found = False, None
+        for override in script_overrides(task, plugin=plugin):
+            if override.key == f"{section}.{field}":
+                seen, found = True, None if override.prefix == "~" else override.value
+            elif override.key == section and isinstance(override.value, dict) and field in override.value:
+                seen, found = True, override.value[field]
+        return seen, found
+    if isinstance(task, fdl.Buildable):
+        container = _find_container(task, SECTIONS[section], plugin=plugin, required=False)
+        current = None if container is None else _explicit(container, section)
+        if current is None:
+            return False, None
+        if isinstance(current, fdl.Buildable) and field not in current.__arguments__:
+            cls = _target_class(current)
+            for f in dataclasses.fields(cls) if dataclasses.is_dataclass(cls) else ():
+                if f.name == field:
+                    if f.default is not dataclasses.MISSING:
+                        return True, f.default
+                    if f.default_factory is not dataclasses.MISSING:
+                        return True, f.default_factory()
+            return False, None
+        return True, _explicit(current, field)
+    return False, None
+
+
 def read_config_field(task: run.Script | fdl.Buildable, section: str, field: str, *, plugin: str) -> Any:
     """The value the task already sets for ``section.field``, or None when the task does not set it.
 
