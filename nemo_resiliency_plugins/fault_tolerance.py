@@ -83,6 +83,10 @@ class FaultTolerancePlugin(run.Plugin):
         checkpoint_dir: the job's ``checkpoint.save`` directory when the task does not show it (a recipe
             built inside the script): where NVRx's progress tracker reads the iteration file. Without either,
             progress tracking cannot act (a warning, and an ``explain``/``doctor`` line, say so).
+        exclude_failed_nodes: Slurm only. When a failed run is requeued, add the node whose task failed first
+            (srun's ``srun: error: <node>: task <n>: ...`` line) to the job's excluded nodes, so the next run
+            lands elsewhere, as long as the partition keeps enough nodes for the job. ``None`` (default) means on
+            for jobs of more than one node (a one-node job has nowhere else to go on a small partition).
 
     Autoresume: a restart only saves work if Megatron Bridge resumes from what the run saved, and Megatron
     Bridge 0.6.2 resumes only from ``checkpoint.load``. Where the task shows ``checkpoint.save``, an unset
@@ -113,6 +117,7 @@ class FaultTolerancePlugin(run.Plugin):
     log_level: str = "INFO"
     max_no_progress_cycles: int = 3
     checkpoint_dir: str | None = None
+    exclude_failed_nodes: bool | None = None
 
     def __post_init__(self) -> None:
         check = Checker(type(self).__name__)
@@ -143,6 +148,8 @@ class FaultTolerancePlugin(run.Plugin):
         check.log_level("log_level", self.log_level)
         check.integer("max_no_progress_cycles", self.max_no_progress_cycles, min=-1)
         check.path("checkpoint_dir", self.checkpoint_dir, optional=True)
+        if self.exclude_failed_nodes is not None:
+            check.boolean("exclude_failed_nodes", self.exclude_failed_nodes)
 
         if self.simulate_fault and not self.enable_ft_package:
             check.fail(
@@ -228,6 +235,7 @@ class FaultTolerancePlugin(run.Plugin):
         )
         # NeMo-Run's ft_launcher sbatch template would requeue a finished job forever (no finished flag).
         executor_config.guard_ft_requeue(executor, plugin=name)
+        self._slurm_requeue_settings(task, executor)
         content = nvrx_launcher.config_file(
             section_timeouts=self.section_timeouts if not heartbeats else {},
             out_of_section_timeout=self.out_of_section_timeout if not heartbeats else None,
@@ -260,6 +268,32 @@ class FaultTolerancePlugin(run.Plugin):
             ),
         )
         logger.info("%s: ft_launcher config at %s:\n%s", name, path, content)
+
+    def _slurm_requeue_settings(self, task: Any, executor: Any) -> None:
+        """What the Slurm requeue guard reads from the job's environment: NVRx's no-restart exit code (never
+        requeued) and whether to exclude the failed node on a requeue."""
+        name = type(self).__name__
+        if not executor_config.is_slurm(executor):
+            if self.exclude_failed_nodes:
+                raise ResiliencyConfigError(
+                    name,
+                    "exclude_failed_nodes",
+                    True,
+                    "None or False off Slurm",
+                    detail=f"only a Slurm requeue can exclude nodes; a {executor_config.executor_kind(executor)} "
+                    "job has no excluded-node list",
+                )
+            return
+        executor_config.set_env(
+            task, executor, "NRP_NO_RESTART_EXIT_CODE", str(nvrx_launcher.NO_RESTART_EXIT_CODE), plugin=name
+        )
+        exclude = self.exclude_failed_nodes
+        if exclude is None:
+            exclude = (getattr(executor, "nodes", 1) or 1) > 1
+        if exclude:
+            executor_config.set_env(
+                task, executor, "NRP_EXCLUDE_FAILED_NODES", "1", plugin=name, field="exclude_failed_nodes"
+            )
 
     def _iteration_file(self, dirs: autoresume.CheckpointDirs) -> str | None:
         """Where NVRx's progress tracker reads the last checkpointed iteration, or None when unknown."""
