@@ -137,7 +137,20 @@ def ensure_autoresume(
                 ),
             )
         return CheckpointDirs(save=save)
-    task_config.set_config_fields(task, "checkpoint", {"load": save}, plugin=plugin)
+    if (
+        load_seen
+        and isinstance(task, run.Script)
+        and load is None
+        and any(o.key == "checkpoint.load" for o in task_config.script_overrides(task, plugin=plugin))
+    ):
+        raise ResiliencyConfigError(
+            plugin,
+            "checkpoint.load",
+            None,
+            f"the directory checkpoint.save writes ({save!r})",
+            detail=f"task.args removes checkpoint.load, so {FROM_SCRATCH} ({why})",
+        )
+    task_config.set_config_fields(task, "checkpoint", {"load": save}, plugin=plugin, fill_none=True)
     return CheckpointDirs(save=save, load_was_set=True)
 
 

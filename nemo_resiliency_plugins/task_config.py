@@ -101,8 +101,12 @@ def set_config_fields(
     plugin: str,
     script_args: Any = None,
     script_args_converter_fn: Callable[[Any], list[str]] | None = None,
+    fill_none: bool = False,
 ) -> list[Change]:
     """Make the job's ``ConfigContainer.<section>`` carry ``values``; returns what was changed.
+
+    ``fill_none``: a field a ``run.Partial``'s config sets to None explicitly counts as unset (Megatron Bridge's
+    meaning of None for optional paths such as ``checkpoint.load``), so the plugin may fill it in.
 
     Every change is logged here (INFO, prefixed with the plugin's name), so an experiment's log says what each
     plugin did to the task whichever plugin made the change.
@@ -115,7 +119,7 @@ def set_config_fields(
         else:
             changes = _set_on_script(task, SECTIONS[section], values, plugin)
     elif isinstance(task, fdl.Buildable):
-        changes = _set_on_buildable(task, SECTIONS[section], values, plugin)
+        changes = _set_on_buildable(task, SECTIONS[section], values, plugin, fill_none=fill_none)
     else:
         raise ResiliencyConfigError(
             plugin,
@@ -390,7 +394,9 @@ def _check_agrees(plugin: str, key: str, override: Override, value: Any, where: 
 # ------------------------------------------------------------------------------ run.Partial / run.Config
 
 
-def _set_on_buildable(task: fdl.Buildable, section: Section, values: Mapping[str, Any], plugin: str) -> list[Change]:
+def _set_on_buildable(
+    task: fdl.Buildable, section: Section, values: Mapping[str, Any], plugin: str, *, fill_none: bool = False
+) -> list[Change]:
     container = _find_container(task, section, plugin, required=True)
     container_cls = _target_class(container)
     current = (
@@ -415,6 +421,8 @@ def _set_on_buildable(task: fdl.Buildable, section: Section, values: Mapping[str
                 detail=f"the installed Megatron Bridge's {sub_cls.__name__} has no field '{field}'",
             )
         existing = _explicit_or_changed(current, field, sub_cls)
+        if fill_none and existing is None:
+            existing = _UNSET
         if existing is not _UNSET:
             if not same_value(existing, value):
                 raise ResiliencyConfigError(

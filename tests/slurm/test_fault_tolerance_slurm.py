@@ -114,7 +114,9 @@ def jobs(local_slurm, tmp_path_factory):
         # One rank per node on 2 of the cluster's nodes; the node of rank 1 is lost (killed from outside), then
         # rank 1 hangs on the node it was moved to. No in-job restart: each failure is a requeue.
         "two-nodes": dict(
-            env={"NRP_FAULT": "hang@17", "NRP_STEP_TIME": "0.3"},
+            # The cluster's nodes share one host (one address): NVRx's rendezvous would take the two launchers for
+            # a misconfiguration on one node unless told that this is a simulation of several nodes.
+            env={"NRP_FAULT": "hang@17", "NRP_STEP_TIME": "0.3", "NVRX_ENABLE_MULTI_LAUNCHERS_PER_NODE": "1"},
             ft=_ft(
                 num_in_job_restarts=0,
                 num_job_retries_on_failure=3,
@@ -227,7 +229,8 @@ def _ft_template_script(tmp_path, guard: bool) -> str:
     text = re.sub(r"srun --output .*? ft_launcher .*", "srun true", sbatch_script(job))
     assert "srun true" in text and "is_training_finished" in text
     if not guard:
-        text = re.sub(r"# nemo-resiliency-plugins: requeue guard.*?\n}\n", "", text, flags=re.S)
+        guard_block = r"# nemo-resiliency-plugins: requeue guard.*?\n  \$NRP_SCONTROL \"\$@\"\n}\n"
+        text = re.sub(guard_block, "", text, flags=re.S)
         assert "scontrol() {" not in text
     results = re.search(r'JOB_RESULTS_FILE="([^"]+)"', text).group(1)
     Path(results).parent.mkdir(parents=True, exist_ok=True)
@@ -286,7 +289,7 @@ def test_crash_loop_stops_with_no_restart_code_and_is_not_requeued(jobs):
     # ft_launcher exited with NVRx's no-restart code; the guard did not requeue; Slurm says FAILED with it.
     assert "no-restart code 93" in logs and "not requeued, the job ends FAILED" in logs, logs[-4000:]
     assert (res.state, res.exit_code, res.restarts) == ("FAILED", 93, 0), res.record
-    assert "FINISHED" not in logs
+    assert "] FINISHED step=" not in logs
 
 
 def test_progress_in_every_cycle_keeps_the_job_restarting_until_it_finishes(jobs):
