@@ -126,8 +126,8 @@ def jobs(local_slurm, tmp_path_factory):
             ntasks_per_node=1,
         ),
     }
-    submitted = {}
-    for name, spec in specs.items():
+
+    def submit_one(name: str, spec: dict):
         tmp = tmp_path_factory.mktemp(name)
         save = tmp / "ckpt"
         env = {"NRP_STEP_TIME": "0.15", "NRP_FAULT_STEP": str(FAULT_STEP), "NRP_FAULT_RANK": "1", **spec["env"]}
@@ -142,7 +142,12 @@ def jobs(local_slurm, tmp_path_factory):
             nodes=spec.get("nodes", 1),
             ntasks_per_node=spec.get("ntasks_per_node", 2),
         )
-        submitted[name] = (job, save)
+        return job, save
+
+    # Submitted two at a time: each submission is a fresh interpreter importing NeMo-Run (seconds of CPU).
+    with ThreadPoolExecutor(2) as pool:
+        futures = {name: pool.submit(submit_one, name, spec) for name, spec in specs.items()}
+        submitted = {name: future.result() for name, future in futures.items()}
     killed: dict = {}
     killer = threading.Thread(
         target=_kill_node_when, args=(submitted["two-nodes"][0], r"CHECKPOINT saved step=10\b", killed), daemon=True
