@@ -23,9 +23,11 @@ naming the settings involved):
 
 * They live on the nodes. A job requeued onto other nodes (Slurm preemption requeue, FT job retries, a
   resubmission) sees none of them and resumes from the newest *persistent* checkpoint, or from scratch if
-  there is none. So the plugin refuses a task without a persistent schedule: ``checkpoint.save``,
-  ``checkpoint.save_interval`` (larger than ``non_persistent_save_interval``) and ``checkpoint.load`` (Megatron
-  Bridge reads persistent checkpoints only from ``load``; local ones are found without it).
+  there is none. So the plugin refuses a task without a persistent schedule: ``checkpoint.save`` and
+  ``checkpoint.save_interval`` (larger than ``non_persistent_save_interval``); ``checkpoint.load`` (Megatron
+  Bridge reads persistent checkpoints only from ``load``; local ones are found without it) is wired to
+  ``checkpoint.save`` where unset and a different one refused (``autoresume.py``, shared with the other
+  restarting plugins).
 * The exit paths (preemption signal, ``exit_interval``, straggler stop) call ``save_checkpoint`` with
   ``non_persistent_ckpt=False``: in Megatron Bridge 0.6.2 they always write a *persistent* checkpoint to
   ``checkpoint.save``, never a local-only one, provided the exit handler is on. A task whose signal path saves
@@ -51,7 +53,7 @@ from typing import Any
 
 import nemo_run as run
 
-from nemo_resiliency_plugins import executor_config, task_config
+from nemo_resiliency_plugins import autoresume, executor_config, task_config
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
 from nemo_resiliency_plugins.validation import Checker
 
@@ -179,6 +181,13 @@ class LocalCheckpointPlugin(run.Plugin):
             plugin=name,
             script_args=self.script_args(),
             script_args_converter_fn=self.script_args_converter_fn,
+        )
+        autoresume.ensure_autoresume(
+            task,
+            plugin=name,
+            why="a restart (local checkpoints on the same nodes, persistent ones after a requeue)",
+            require_visible=True,
+            converter=self.script_args_converter_fn,
         )
         if self.script_args_converter_fn is None:  # a custom script's own arguments cannot be read back
             check_durable_schedule(task, self.non_persistent_save_interval, plugin=name)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["local_checkpoint_manager"]
+__all__ = ["Checkpointer", "local_checkpoint_manager", "plain", "sharded_state_dict"]
 
 
 def local_checkpoint_manager(ckpt_cfg: Any) -> Any:
@@ -38,3 +38,262 @@ def local_checkpoint_manager(ckpt_cfg: Any) -> Any:
             ckpt_cfg.replication_jump, ckpt_cfg.replication_factor
         )
     return LocalCheckpointManager(ckpt_cfg.non_persistent_local_ckpt_dir, repl_strategy=strategy)
+
+
+# ----------------------------------------------------------------------------------------------- state dicts
+
+
+def sharded_state_dict(tensors: dict[str, Any], per_rank: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
+    """A Megatron Core sharded state dict for a data-parallel job.
+
+    ``tensors`` are the same on every rank (model and optimizer state: one replica per rank, written once);
+    ``per_rank`` are 1-D tensors that differ by rank (RNG and data-stream state: one row per rank of a
+    ``(world, n)`` tensor); ``common`` is plain Python state (train state, optimizer hyper-parameters), which
+    Megatron Core stores once, from rank 0.
+    """
+    import torch.distributed as dist
+    from megatron.core.dist_checkpointing.mapping import ShardedTensor
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    out: dict[str, Any] = dict(common)
+    for key, tensor in tensors.items():
+        out[key] = ShardedTensor.from_rank_offsets(key, tensor, replica_id=rank)
+    for key, tensor in per_rank.items():
+        out[key] = ShardedTensor.from_rank_offsets(key, tensor.reshape(1, -1), (0, rank, world), replica_id=0)
+    return out
+
+
+def plain(state_dict: dict[str, Any], per_rank: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A loaded state dict with this rank's rows of the per-rank tensors as 1-D tensors again."""
+    return {k: (v.reshape(-1) if k in per_rank else v) for k, v in state_dict.items()}
+
+
+# ----------------------------------------------------------------------------------------------- the saver
+
+
+class Checkpointer:
+    """Persistent (``torch_dist``, optionally async) and local (NVRx) checkpoints, as Megatron Bridge saves them.
+
+    ``state`` is Megatron Bridge's ``GlobalState`` (its async worker and queue are Megatron Bridge's own,
+    ``initialize_async_checkpoint_worker``); ``ckpt_cfg`` its ``CheckpointConfig``.
+    """
+
+    TRACKER = "latest_checkpointed_iteration.txt"
+
+    def __init__(self, state: Any, ckpt_cfg: Any) -> None:
+        self.state = state
+        self.cfg = ckpt_cfg
+        self.local = local_checkpoint_manager(ckpt_cfg) if ckpt_cfg.non_persistent_ckpt_type == "local" else None
+        if ckpt_cfg.async_save:
+            state.initialize_async_checkpoint_worker()
+
+    # -- persistent -------------------------------------------------------------------------------------------
+    def save_persistent(self, step: int, sharded: dict[str, Any], on_durable: Any = None) -> None:
+        """``iter_<step>`` in ``checkpoint.save``; the tracker file is written when the save is durable.
+
+        Sync: before returning. Async: the write runs in Megatron Bridge's async worker and the tracker is written
+        by a finalize function, after every rank's write is done (``finalize(blocking=...)``), as Megatron Bridge
+        writes ``latest_train_state.pt``.
+        """
+        import os
+
+        import torch.distributed as dist
+        from megatron.core import dist_checkpointing
+
+        directory = os.path.join(self.cfg.save, f"iter_{step:07d}")
+        if dist.get_rank() == 0:
+            os.makedirs(directory, exist_ok=True)
+        dist.barrier()
+
+        def durable() -> None:
+            if dist.get_rank() == 0:
+                _atomic_text(os.path.join(self.cfg.save, self.TRACKER), f"{step}\n")
+            if on_durable is not None:
+                on_durable(step)
+
+        request = dist_checkpointing.save(
+            sharded,
+            directory,
+            async_sharded_save=bool(self.cfg.async_save),
+            async_strategy=self.cfg.async_strategy,
+        )
+        if request is None:
+            durable()
+            return
+        request.add_finalize_fn(durable)
+        self.state.async_calls_queue.schedule_async_request(request)
+
+    def finalize(self, blocking: bool = False, terminate: bool = False) -> None:
+        """Megatron Bridge's ``maybe_finalize_async_save``: a no-op without async save."""
+        queue = self.state.async_calls_queue if self.cfg.async_save else None
+        if queue is None:
+            return
+        queue.maybe_finalize_async_calls(blocking)
+        if terminate:
+            queue.close()
+
+    def pending(self) -> int:
+        queue = self.state.async_calls_queue if self.cfg.async_save else None
+        return 0 if queue is None else queue.get_num_unfinalized_calls()
+
+    def newest_persistent(self) -> int:
+        import os
+
+        load = self.cfg.load
+        path = os.path.join(load, self.TRACKER) if load else None
+        if not path or not os.path.isfile(path):
+            return -1
+        with open(path) as handle:
+            return int(handle.read().strip())
+
+    def load_persistent(self, step: int, template: dict[str, Any]) -> dict[str, Any]:
+        import os
+
+        from megatron.core import dist_checkpointing
+
+        return dist_checkpointing.load(template, os.path.join(self.cfg.load, f"iter_{step:07d}"))
+
+    # -- local ------------------------------------------------------------------------------------------------
+    def save_local(self, step: int, sharded: dict[str, Any]) -> None:
+        """NVRx's ``LocalCheckpointManager.save`` of an ``MCoreTensorAwareStateDict`` (synchronous on CPU)."""
+        import torch.distributed as dist
+        from megatron.core.dist_checkpointing.tensor_aware_state_dict import MCoreTensorAwareStateDict
+
+        tasd, _ = MCoreTensorAwareStateDict.from_state_dict(
+            sharded, algo=self.cfg.non_persistent_local_ckpt_algo, parallelization_group=dist.group.WORLD
+        )
+        self.local.save(tasd, step, is_async=False)
+
+    def newest_local(self) -> int:
+        return -1 if self.local is None else self.local.find_latest()
+
+    def load_local(self, template: dict[str, Any]) -> dict[str, Any]:
+        import torch.distributed as dist
+
+        tasd, _ = self.local.load()
+        return tasd.to_state_dict(
+            template, algo=self.cfg.non_persistent_local_ckpt_algo, parallelization_group=dist.group.WORLD
+        )
+
+    # -- resume -----------------------------------------------------------------------------------------------
+    def resume(self, template_fn: Any) -> tuple[str, int, dict[str, Any]] | None:
+        """Megatron Bridge's choice at start: the local checkpoint when it is at least as new as the newest
+        persistent one, else the persistent one, else None (scratch). ``template_fn()`` builds a fresh sharded
+        state dict to load into (loading consumes it)."""
+        local_step, persistent_step = self.newest_local(), self.newest_persistent()
+        if local_step != -1 and local_step >= persistent_step:
+            return "local", local_step, self.load_local(template_fn())
+        if persistent_step != -1:
+            return "persistent", persistent_step, self.load_persistent(persistent_step, template_fn())
+        return None
+
+
+def _atomic_text(path: str, text: str) -> None:
+    import os
+
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+# ----------------------------------------------------------------------------------- the reference workload
+
+#: Extra per-rank bytes in every checkpoint (``NRP_CKPT_BALLAST_MB``), standing in for a model's shards, so that
+#: a save takes long enough to see whether it stalls training (the reference model itself is a few hundred bytes).
+BALLAST_ENV = "NRP_CKPT_BALLAST_MB"
+
+
+def needs_cuda(ckpt_cfg: Any) -> str | None:
+    """Why these settings cannot run on a CPU-only machine, or None. Each reason is where the upstream code calls
+    CUDA unconditionally (NVRx 0.7.0 / Megatron Core as installed)."""
+    if ckpt_cfg.non_persistent_ckpt_type != "local":
+        return None
+    if ckpt_cfg.non_persistent_local_ckpt_algo == "fully_parallel":
+        return (
+            "non_persistent_local_ckpt_algo='fully_parallel': Megatron Core's MCoreTensorAwareStateDict.to_state_dict "
+            "exchanges shards with exchange_loaded_tensors_broadcast (tensor.cuda()) and torch.cuda.synchronize()"
+        )
+    if ckpt_cfg.replication:
+        return (
+            "replication=True: NVRx's GroupWrapper.send_state_dict / irecv_state_dict move every tensor through "
+            "a CUDA buffer (ten.cuda(), torch.empty_like(..., device='cuda'))"
+        )
+    if ckpt_cfg.async_save:
+        return (
+            "async_save with local checkpoints: NVRx's LocalCheckpointManager.save(is_async=True) calls "
+            "torch.cuda.synchronize()"
+        )
+    return None
+
+
+def for_workload(cfg: Any, state: Any) -> Checkpointer | None:
+    """The workload's checkpointer when the job asks for async or local checkpoints, else None (the workload's
+    own files). A setting whose upstream code needs CUDA on a machine without it is a RuntimeError saying where."""
+    import torch
+
+    ckpt = cfg.checkpoint
+    if not (ckpt.async_save or ckpt.non_persistent_ckpt_type == "local") or not ckpt.save:
+        return None
+    reason = needs_cuda(ckpt)
+    if reason and not torch.cuda.is_available():
+        raise RuntimeError(f"needs CUDA, not available here: {reason}")
+    return Checkpointer(state, ckpt)
+
+
+def _ballast(rank: int) -> Any:
+    import os
+
+    import torch
+
+    megabytes = float(os.environ.get(BALLAST_ENV, "0") or 0)
+    count = int(megabytes * 1024 * 1024 / 4)
+    return torch.full((max(count, 1),), float(rank), dtype=torch.float32)
+
+
+def workload_state(trainer: Any, *, empty: bool = False) -> dict[str, Any]:
+    """The reference workload's trainer as a sharded state dict: parameters (replicated), each rank's RNG and
+    data-stream state and ballast (one row per rank), optimizer and train state (common)."""
+    import torch
+
+    params = {
+        f"model.{k}": (torch.empty_like(v) if empty else v.detach().clone())
+        for k, v in trainer.model.state_dict().items()
+    }
+    data = trainer.data_gen.get_state()
+    cpu = torch.get_rng_state()
+    ballast = _ballast(trainer.rank)
+    per_rank = {
+        "rng.data": torch.empty_like(data) if empty else data,
+        "rng.torch": torch.empty_like(cpu) if empty else cpu,
+        "ballast": torch.empty_like(ballast) if empty else ballast,
+    }
+    common = {
+        "optimizer": None if empty else trainer.optimizer.state_dict(),
+        "train_state": None
+        if empty
+        else {
+            k: int(v)
+            for k, v in trainer.state.train_state.state_dict().items()
+            if torch.is_tensor(v) and v.numel() == 1
+        },
+        "world_size": trainer.world,
+    }
+    return sharded_state_dict(params, per_rank, common)
+
+
+def restore(trainer: Any, loaded: dict[str, Any]) -> None:
+    import torch
+
+    loaded = plain(loaded, ("rng.data", "rng.torch", "ballast"))
+    if loaded["world_size"] != trainer.world:
+        raise RuntimeError(f"checkpoint written by {loaded['world_size']} ranks; this run has {trainer.world}")
+    trainer.model.load_state_dict({k[len("model.") :]: v for k, v in loaded.items() if k.startswith("model.")})
+    trainer.optimizer.load_state_dict(loaded["optimizer"])
+    train_state = trainer.state.train_state
+    for key, value in loaded["train_state"].items():
+        setattr(train_state, key, value)
+    trainer.data_gen.set_state(loaded["rng.data"].to(torch.uint8))
+    torch.set_rng_state(loaded["rng.torch"].to(torch.uint8))

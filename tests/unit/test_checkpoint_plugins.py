@@ -158,7 +158,7 @@ def test_async_refuses_a_task_it_cannot_make_work_naming_both_settings(args, nam
     [
         ([], "checkpoint.save"),
         (["checkpoint.save=/c", "checkpoint.load=/c"], "checkpoint.save_interval"),
-        (["checkpoint.save=/c", "checkpoint.save_interval=100"], "checkpoint.load"),
+        (["checkpoint.save=/c", "checkpoint.load=/other", "checkpoint.save_interval=100"], "checkpoint.load"),
         (["checkpoint.save=/c", "checkpoint.load=/c", "checkpoint.save_interval=10"], "save_interval=10"),
         ([*SCHEDULE, "checkpoint.non_persistent_ckpt_type=global"], "checkpoint.non_persistent_ckpt_type"),
         ([*SCHEDULE, "checkpoint.also_save_hf_checkpoint=true"], "also_save_hf_checkpoint"),
@@ -168,6 +168,12 @@ def test_local_refuses_a_task_without_a_durable_schedule(args, named):
     with pytest.raises(ResiliencyConfigError) as info:
         lcp().setup(script(*args), local())
     assert named in str(info.value) and "LocalCheckpointPlugin" in str(info.value)
+
+
+def test_local_wires_checkpoint_load_to_save_through_the_shared_autoresume_rule():
+    task = script("checkpoint.save=/c", "checkpoint.save_interval=100")
+    lcp().setup(task, local())
+    assert "checkpoint.load=/c" in task.args
 
 
 def test_local_only_schedule_with_preemption_names_the_requeue():
