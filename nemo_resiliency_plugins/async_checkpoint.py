@@ -26,8 +26,9 @@ Rules (at construction and ``setup()``), each a :class:`ResiliencyConfigError` n
   ``checkpoint.ckpt_format`` is refused naming both.
 * ``checkpoint.save`` must be set on the task (``CheckpointConfig.finalize()`` asserts it: there is nothing to
   write to otherwise), and ``use_persistent_ckpt_worker`` must stay True (``finalize()`` asserts it).
-* ``async_ckpt_use_cpu_shm`` acts only with the ``nvrx`` strategy (Megatron Core's docstring); with
-  ``"mcore"`` it would be silently ignored, so it is refused.
+* ``async_ckpt_use_cpu_shm=True`` is refused: Megatron Bridge 0.6.2 never hands it to NVRx's worker (grep
+  ``cpu_shm`` in ``megatron/bridge``: nothing; Megatron-LM's ``training/async_utils.py`` does), so it would do
+  nothing.
 * Priorities are checked against the ranges Megatron Core documents (``nice`` 0-19, I/O class 0-3) instead of
   being clamped silently.
 
@@ -102,7 +103,7 @@ class AsyncCheckpointPlugin(run.Plugin):
         ckpt_format: ``"torch_dist"`` or ``"fsdp_dtensor"``; the only formats saved asynchronously.
         async_ckpt_cpu_priority: ``nice`` value of the writer process, 0-19 (higher = lower priority).
         async_ckpt_io_priority: I/O scheduling class of the writer, 0-3 (3 = idle), or None to leave it.
-        async_ckpt_use_cpu_shm: stage tensors in CPU shared memory before the hand-off (``nvrx`` only).
+        async_ckpt_use_cpu_shm: must stay False (no effect in Megatron Bridge 0.6.2; see the module doc).
         async_write_results_mp_mode: start method of the results queue: ``"fork"``, ``"spawn"``,
             ``"forkserver"``.
         dist_ckpt_workers: distributed checkpoint writer processes per rank (>= 1).
@@ -148,13 +149,13 @@ class AsyncCheckpointPlugin(run.Plugin):
         check.choice("async_write_results_mp_mode", self.async_write_results_mp_mode, MP_MODES)
         check.integer("dist_ckpt_workers", self.dist_ckpt_workers, min=1)
         check.callable_or_none("script_args_converter_fn", self.script_args_converter_fn)
-        if self.async_ckpt_use_cpu_shm and self.async_strategy != "nvrx":
+        if self.async_ckpt_use_cpu_shm:
             check.fail(
                 "async_ckpt_use_cpu_shm",
                 True,
-                "False unless async_strategy='nvrx'",
-                detail="only NVRx's writer stages tensors in CPU shared memory; "
-                f"async_strategy={self.async_strategy!r} would ignore it",
+                "False",
+                detail="Megatron Bridge 0.6.2 never passes it to NVRx's async worker (only Megatron-LM's own training "
+                "loop does, megatron/training/async_utils.py), so it would have no effect",
             )
 
     # ------------------------------------------------------------------------------------------- setup

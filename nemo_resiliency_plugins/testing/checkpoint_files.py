@@ -17,6 +17,7 @@ __all__ = [
     "TRACKER_FILE",
     "atomic_torch_save",
     "atomic_write_bytes",
+    "checkpoint_step",
     "newest_checkpoint",
 ]
 
@@ -50,3 +51,11 @@ def newest_checkpoint(directory: str | None) -> str | None:
         if m and (best is None or int(m.group(1)) > best[0]):
             best = (int(m.group(1)), os.path.join(directory, name))
     return best[1] if best else None
+
+
+def checkpoint_step(path: str | None) -> int:
+    """The step of a checkpoint file ``newest_checkpoint`` returned, -1 for None."""
+    if path is None:
+        return -1
+    m = _CKPT_RE.fullmatch(os.path.basename(path))
+    return int(m.group(1)) if m else -1

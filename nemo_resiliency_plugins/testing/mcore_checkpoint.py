@@ -176,15 +176,15 @@ class Checkpointer:
         )
 
     # -- resume -----------------------------------------------------------------------------------------------
-    def resume(self, template_fn: Any) -> tuple[str, int, dict[str, Any]] | None:
-        """Megatron Bridge's choice at start: the local checkpoint when it is at least as new as the newest
-        persistent one, else the persistent one, else None (scratch). ``template_fn()`` builds a fresh sharded
-        state dict to load into (loading consumes it)."""
-        local_step, persistent_step = self.newest_local(), self.newest_persistent()
-        if local_step != -1 and local_step >= persistent_step:
-            return "local", local_step, self.load_local(template_fn())
-        if persistent_step != -1:
-            return "persistent", persistent_step, self.load_persistent(persistent_step, template_fn())
+    def choose(self, persistent_step: int | None = None) -> tuple[str, int] | None:
+        """Megatron Bridge's choice at start (``_load_checkpoint_from_path``): the local checkpoint when it is at
+        least as new as the newest persistent one, else the persistent one, else None (scratch)."""
+        local_step = self.newest_local()
+        persistent = self.newest_persistent() if persistent_step is None else persistent_step
+        if local_step != -1 and local_step >= persistent:
+            return "local", local_step
+        if persistent != -1:
+            return "persistent", persistent
         return None
 
 
@@ -230,17 +230,77 @@ def needs_cuda(ckpt_cfg: Any) -> str | None:
 
 
 def for_workload(cfg: Any, state: Any) -> Checkpointer | None:
-    """The workload's checkpointer when the job asks for async or local checkpoints, else None (the workload's
-    own files). A setting whose upstream code needs CUDA on a machine without it is a RuntimeError saying where."""
+    """The workload's NVRx local checkpointer when the job asks for local checkpoints, else None.
+
+    Persistent checkpoints stay the workload's own files on every machine: Megatron Core's ``torch_dist`` save
+    calls ``torch.cuda.synchronize()`` unconditionally (``FileSystemWriterAsync.preload_tensors``, also on the
+    synchronous path) and NVRx's persistent async worker computes ``rank % torch.cuda.device_count()``, so neither
+    runs without a GPU. A setting whose upstream code needs CUDA, on a machine without it, is a RuntimeError
+    saying where (never a silent fallback)."""
     import torch
 
     ckpt = cfg.checkpoint
-    if not (ckpt.async_save or ckpt.non_persistent_ckpt_type == "local") or not ckpt.save:
+    if not torch.cuda.is_available():
+        if ckpt.async_save:
+            raise RuntimeError(
+                "needs CUDA, not available here: checkpoint.async_save (NVRx's persistent async worker sets its "
+                "device with rank % torch.cuda.device_count(); Megatron Core's writer calls torch.cuda.synchronize())"
+            )
+        reason = needs_cuda(ckpt)
+        if reason:
+            raise RuntimeError(f"needs CUDA, not available here: {reason}")
+    if ckpt.non_persistent_ckpt_type != "local" or not ckpt.save:
         return None
-    reason = needs_cuda(ckpt)
-    if reason and not torch.cuda.is_available():
-        raise RuntimeError(f"needs CUDA, not available here: {reason}")
     return Checkpointer(state, ckpt)
+
+
+def local_due(cfg: Any, step: int) -> bool:
+    """Megatron Bridge's schedule: every ``non_persistent_save_interval`` steps that are not persistent-save steps."""
+    ckpt = cfg.checkpoint
+    if not ckpt.non_persistent_save_interval or step % ckpt.non_persistent_save_interval:
+        return False
+    return not (ckpt.save_interval and step % ckpt.save_interval == 0)
+
+
+def save_local_for(trainer: Any) -> None:
+    """One local save of the workload's state, inside Megatron Bridge's FT ``checkpointing`` section."""
+    import time
+
+    from megatron.bridge.training import fault_tolerance
+
+    from nemo_resiliency_plugins.testing.rank_log import log
+
+    step = trainer.state.train_state.step
+    fault_tolerance.on_checkpointing_start(trainer.state)
+    started = time.perf_counter()
+    trainer.local_ckpt.save_local(step, workload_state(trainer))
+    seconds = time.perf_counter() - started
+    fault_tolerance.on_checkpointing_end(is_async_finalization=False, global_state=trainer.state)
+    if trainer.rank == 0:
+        log(f"CHECKPOINT local step={step} seconds={seconds:.4f}")
+
+
+def resume_for(trainer: Any, persistent_step: int) -> bool:
+    """Megatron Bridge's choice at start: the local checkpoint when it is at least as new as the newest persistent
+    one (``persistent_step``, -1 for none). Loads it and returns True; False leaves the persistent one to the
+    caller. A local checkpoint that cannot be read raises, as in Megatron Bridge 0.6.2 (no silent fallback)."""
+    import torch.distributed as dist
+    from megatron.bridge.training import fault_tolerance
+
+    from nemo_resiliency_plugins.testing.rank_log import log
+
+    shared = [persistent_step]
+    dist.broadcast_object_list(shared, src=0)
+    local_step = trainer.local_ckpt.newest_local()
+    if local_step == -1 or local_step < shared[0]:
+        return False
+    restore(trainer, trainer.local_ckpt.load_local(workload_state(trainer, empty=True)))
+    if trainer.state.train_state.step != local_step:
+        raise RuntimeError(f"local checkpoint {local_step} holds step {trainer.state.train_state.step}")
+    trainer.last_saved_step = local_step
+    fault_tolerance.on_checkpoint_loaded(is_local_chkpt=True, global_state=trainer.state)
+    log(f"RESUMED from step {local_step} (local, NVRx LocalCheckpointManager; persistent newest {shared[0]})")
+    return True
 
 
 def _ballast(rank: int) -> Any:

@@ -153,12 +153,14 @@ from megatron.core.rerun_state_machine import (  # noqa: E402
 )
 
 from nemo_resiliency_plugins.testing import cpu_accommodations as cpu  # noqa: E402
+from nemo_resiliency_plugins.testing import mcore_checkpoint  # noqa: E402
 from nemo_resiliency_plugins.testing.checkpoint_files import (  # noqa: E402
     CKPT_FORMAT,
     FINAL_PARAMS,
     TRACKER_FILE,
     atomic_torch_save,
     atomic_write_bytes,
+    checkpoint_step,
     newest_checkpoint,
 )
 from nemo_resiliency_plugins.testing.devices import (  # noqa: E402
@@ -302,6 +304,7 @@ class _Trainer:
         self.data_iterator = RerunDataIterator(self._batches())
         torch.manual_seed(seed * 1000 + 29 + self.rank)
         self.last_saved_step = -1
+        self.local_ckpt = mcore_checkpoint.for_workload(cfg, state)  # NVRx local checkpoints, when asked for
 
     def _batches(self):
         while True:
@@ -346,6 +349,8 @@ class _Trainer:
         choice = [newest_checkpoint(load_dir) if self.rank == 0 else None]
         dist.broadcast_object_list(choice, src=0)
         path = choice[0]
+        if self.local_ckpt is not None and mcore_checkpoint.resume_for(self, checkpoint_step(path)):
+            return
         if path is None:
             _log("STARTING from scratch")
             return
@@ -502,6 +507,8 @@ def _train_once(cfg: ConfigContainer, state: GlobalState, restart_store: Any = N
                 break
             if trainer.save_dir and save_interval and state.train_state.step % save_interval == 0:
                 trainer.save_checkpoint()
+            elif trainer.local_ckpt is not None and mcore_checkpoint.local_due(cfg, state.train_state.step):
+                mcore_checkpoint.save_local_for(trainer)
             if trainer.last_saved_step != state.train_state.step:
                 step_seconds.append(time.perf_counter() - iteration_start)
             # ... and last, NVRx straggler detection (collective: every rank calls it every iteration).

@@ -27,7 +27,7 @@ ASYNC_CASES = [
         async_write_results_mp_mode="spawn",
         dist_ckpt_workers=2,
     ),
-    AsyncCheckpointPlugin(async_ckpt_use_cpu_shm=True, async_ckpt_io_priority=0),
+    AsyncCheckpointPlugin(async_ckpt_io_priority=0, async_ckpt_cpu_priority=0),
 ]
 LOCAL_CASES = [
     LocalCheckpointPlugin(non_persistent_local_ckpt_dir=LOCAL_DIR, non_persistent_save_interval=2),
@@ -41,7 +41,7 @@ LOCAL_CASES = [
     ),
 ]
 
-IDS = ["async", "async-mcore", "async-shm", "local", "repl"]
+IDS = ["async", "async-mcore", "async-prio0", "local", "repl"]
 
 
 def local(**kw):
@@ -233,3 +233,15 @@ def test_megatron_bridge_writes_local_checkpoints_only_with_checkpoint_save():
     # and the signal exit path saves with the default non_persistent_ckpt=False (a persistent checkpoint)
     exit_block = source.split("# Exit based on signal handler.")[1].split("# Regular save")[0]
     assert "save_checkpoint_and_time(" in exit_block and "non_persistent_ckpt" not in exit_block
+
+
+def test_megatron_bridge_never_passes_async_ckpt_use_cpu_shm_which_the_plugin_refuses(megatron_bridge):
+    """Megatron Bridge 0.6.2 reads async_ckpt_use_cpu_shm nowhere (Megatron-LM's own loop does)."""
+    from pathlib import Path
+
+    import megatron.bridge
+
+    root = Path(megatron.bridge.__file__).parent
+    assert not [p for p in root.rglob("*.py") if "cpu_shm" in p.read_text(errors="ignore")]
+    with pytest.raises(ResiliencyConfigError, match="async_ckpt_use_cpu_shm"):
+        AsyncCheckpointPlugin(async_ckpt_use_cpu_shm=True)

@@ -76,10 +76,9 @@ def test_async_bad_values_name_plugin_field_value_and_range(field, value, allowe
     assert allowed in text
 
 
-def test_async_cpu_shm_only_with_nvrx_strategy():
-    with pytest.raises(ResiliencyConfigError, match="async_strategy='mcore' would ignore it"):
-        AsyncCheckpointPlugin(async_strategy="mcore", async_ckpt_use_cpu_shm=True)
-    AsyncCheckpointPlugin(async_ckpt_use_cpu_shm=True)
+def test_async_cpu_shm_is_refused_because_megatron_bridge_never_passes_it():
+    with pytest.raises(ResiliencyConfigError, match="never passes it to NVRx"):
+        AsyncCheckpointPlugin(async_ckpt_use_cpu_shm=True)
 
 
 @pytest.mark.parametrize(
