@@ -240,12 +240,17 @@ def for_workload(cfg: Any, state: Any) -> Checkpointer | None:
     import torch
 
     ckpt = cfg.checkpoint
-    if not torch.cuda.is_available():
-        if ckpt.async_save:
+    if ckpt.async_save:
+        if not torch.cuda.is_available():
             raise RuntimeError(
                 "needs CUDA, not available here: checkpoint.async_save (NVRx's persistent async worker sets its "
                 "device with rank % torch.cuda.device_count(); Megatron Core's writer calls torch.cuda.synchronize())"
             )
+        raise RuntimeError(
+            "checkpoint.async_save: the reference workload writes its persistent checkpoints itself, not through "
+            "Megatron Core's torch_dist writer, so it cannot save them asynchronously (not implemented)"
+        )
+    if not torch.cuda.is_available():
         reason = needs_cuda(ckpt)
         if reason:
             raise RuntimeError(f"needs CUDA, not available here: {reason}")

@@ -345,7 +345,9 @@ def test_rehearsal_runs_local_checkpoints_on_one_machine_and_says_what_it_cannot
     plugins, scaled, missing = rehearsal_plugins(
         [AsyncCheckpointPlugin(), lcp(non_persistent_save_interval=50, replication=True, replication_jump=8)]
     )
-    local_plugin = plugins[1]
+    assert [type(p).__name__ for p in plugins] == ["LocalCheckpointPlugin"]
+    assert any(m.startswith("AsyncCheckpointPlugin: not rehearsed") for m in missing)
+    local_plugin = plugins[0]
     assert local_plugin.non_persistent_save_interval < SAVE_INTERVAL and local_plugin.replication is False
     assert any("non_persistent_save_interval: 50 ->" in n for n in scaled)
     assert any("replication" in m and "one" in m for m in missing)
