@@ -169,8 +169,9 @@ def simulate(
             # The first jumped attempt may carry a person's delay (already in `startup`); later ones do not.
             extra = startup[jump] - in_place
             fits = np.maximum(0.0, total_t - t[jump] - extra)
-            k = np.minimum(np.floor(g / cycle[jump]), np.floor(fits / cycle[jump]))
             pool = mech.restart_pool
+            # Attempts that still fit before the end of the run, each with its share of a person's delay.
+            k = np.minimum(np.floor(g / cycle[jump]), np.floor(fits / (cycle[jump] + params.human_s / pool)))
             total_used = used[jump] + k
             people = np.floor(total_used / pool)
             t[jump] += k * cycle[jump] + np.where(k > 0, extra, 0.0) + people * params.human_s
