@@ -4,6 +4,7 @@ and the recommended settings, each reduced to a :class:`MechanismSet`."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from nemo_resiliency_plugins.planning.failures import FailureModel
@@ -146,6 +147,9 @@ def recommended(
             "out_of_section": timeouts.out_of_section,
         },
         "workload_check_interval": timeouts.check_interval,
+        # The signal comes preempt_time (+ up to 60 s) before the kill; the rest of a step plus one save must fit,
+        # twice over for jitter; never below Megatron Bridge's 60 s.
+        "preempt_time": max(60, math.ceil(2 * (params.step_time_s + params.save_time_s))),
         "safety_factor": SAFETY_FACTOR,
         "expected_faults": faults,
         "num_in_job_restarts": mech.in_job_restarts,

@@ -62,7 +62,7 @@ def recommendation_lines(report: PlanReport) -> list[str]:
         f"num_job_retries_on_failure={r['num_job_retries_on_failure']}, calc_ft_timeouts=False)  "
         f"(timeouts = {r['safety_factor']:g} x the healthy time; restarts for "
         f"{r['expected_faults']:,.0f} expected faults)",
-        "PreemptionPlugin(preempt_time=...) covering one step + one save; "
+        f"PreemptionPlugin(preempt_time={r['preempt_time']})  (twice one step + one save); "
         "RerunStateMachinePlugin(rerun_mode='validate_results')",
         (
             f"warm reserve: {reserve['nodes']} node(s) pay off: goodput over all GPUs held "
