@@ -24,6 +24,7 @@ from nemo_resiliency_plugins.planning.recovery import (
 SAFETY_FACTOR = NVRX_SAFETY_FACTOR
 MIN_STEP_TIMEOUT_S = 10.0  # below this, a garbage-collection pause or a slow data-loader batch kills a healthy job
 MAX_CHECK_INTERVAL_S = 5.0  # NVRx's default rank-monitor check interval
+MIN_RESTARTS = 3  # Megatron Bridge's default: cheap insurance even where few faults are expected
 REPAIR_S = 24 * 3600.0  # how long a broken node stays out before it is repaired and returns (assumed)
 
 
@@ -75,22 +76,24 @@ def section_timeouts(step_s: float, save_s: float, startup_s: float, safety: flo
 
 
 def restart_budget(expected_faults: float, job_retries: int = 2) -> int:
-    """In-job restarts so that the run's expected faults use up the pool ``(K + 1)(R + 1)`` at most once.
+    """In-job restarts so that the run's expected faults use up the pool ``(K + 1)(R + 1)`` at most once, and
+    never fewer than ``MIN_RESTARTS``.
 
     A restart budget exists to stop a crash loop, not to ration genuine faults: at Llama 3's rate, 3 restarts
     and 2 retries call a person every 12 faults. The cost of a larger K is bounded: a deterministic crash
     loops K times (K restarts of wasted time) before the job fails.
     """
-    if expected_faults <= 0:
-        return 0
-    return max(0, math.ceil(expected_faults / (job_retries + 1)) - 1)
+    return max(MIN_RESTARTS, math.ceil(expected_faults / (job_retries + 1)) - 1)
 
 
 def reserve_nodes(node_loss_per_s: float, repair_s: float = REPAIR_S) -> int:
-    """Spare nodes to cover the nodes that are out for repair at once, 99 % of the time (Poisson quantile)."""
+    """Spare nodes to cover the nodes that are out for repair at once, 99 % of the time (Poisson quantile;
+    its normal approximation, mean + 2.326 sigma, above a mean of 50, where the terms underflow)."""
     mean = node_loss_per_s * repair_s
     if mean <= 0:
         return 0
+    if mean > 50:
+        return math.ceil(mean + 2.326 * math.sqrt(mean))
     k, term, total = 0, math.exp(-mean), math.exp(-mean)
     while total < 0.99:
         k += 1

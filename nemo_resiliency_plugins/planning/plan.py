@@ -28,7 +28,7 @@ from nemo_resiliency_plugins.planning.recovery import (
     goodput_closed_form,
     hang_detect_s,
 )
-from nemo_resiliency_plugins.planning.simulate import simulate
+from nemo_resiliency_plugins.planning.simulate import MAX_EXPECTED_FAULTS, simulate
 
 SWEEP_POINTS = 21  # save intervals per mechanism set for the plot and the simulated optimum
 REPLICAS = 100  # simulated runs per interval; the standard error is printed with each figure
@@ -152,10 +152,12 @@ def plan(
     given = save_interval_s if save_interval_s is not None else daly
     grid = np.unique(np.concatenate([np.geomspace(daly / 10.0, daly * 10.0, SWEEP_POINTS), [daly, given]]))
     sets = []
+    horizon = params.wall_s
     for k, (mech, at) in enumerate(((mb, given), (yours, given), (rec, daly))):
         loc = local_s if mech.local_checkpoints else None
         sim = simulate(params, mech, failures, grid, local_s=loc, replicas=replicas, seed=seed + k)
         mean, err = sim.mean(), sim.stderr()
+        horizon = min(horizon, sim.horizon_s)
         i = int(np.flatnonzero(grid == at)[0])
         sets.append(
             SetResult(
@@ -188,6 +190,11 @@ def plan(
         stated_defaults=list(stated_defaults or []),
         seed=seed,
     )
+    if horizon < params.wall_s:
+        report.notes.append(
+            f"simulated the first {horizon / 86400:.3g} of {params.days:g} days ({MAX_EXPECTED_FAULTS:,.0f} "
+            "expected faults per run): goodput is a rate"
+        )
     report.notes.append(
         "Daly's interval counts only the faults redone from a persistent checkpoint (the others restart from a "
         "local one, or lose nothing)"
@@ -245,7 +252,7 @@ def flags(
                 f"({params.human_s:g} s each, assumed)",
             )
         )
-    if not yours.preemption_handled and lam["preemption"] > 0:
+    if not yours.preemption_handled and lam["preemption"] * params.wall_s >= 1.0:
         redo = _redo_wall(params, save_interval_s or details["save_interval_s"])
         n = lam["preemption"] * params.wall_s
         out.append(
@@ -275,7 +282,7 @@ def flags(
                 )
             )
     costs = fault_costs(params, yours)
-    if not yours.sdc_check and lam["silent_corruption"] > 0:
+    if not yours.sdc_check and lam["silent_corruption"] * params.wall_s >= 1.0:
         out.append(
             Flag(
                 "RerunStateMachinePlugin",

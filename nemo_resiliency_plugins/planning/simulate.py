@@ -28,6 +28,10 @@ from nemo_resiliency_plugins.planning.recovery import (
 )
 
 MAX_LANES = 200_000  # memory and time bound: lanes x iterations stays in the tens of millions of operations
+# Time bound: a lane plays at most this many expected faults (renewal cycles: an attempt and the detection of
+# the fault that ends it). A longer run (or a higher rate) is simulated over its first part only: goodput is a
+# rate, and 1,000 faults estimate it as well as more would.
+MAX_EXPECTED_FAULTS = 1000.0
 _REDO = {"persistent": 0, "local": 1, "none": 2}
 
 
@@ -38,6 +42,7 @@ class SimulationResult:
     intervals_s: np.ndarray
     goodput: np.ndarray
     attempts: int  # loop iterations run (the longest lane's number of attempts)
+    horizon_s: float = 0.0  # wall time simulated: the run, or its first MAX_EXPECTED_FAULTS faults' worth
 
     def mean(self) -> np.ndarray:
         return self.goodput.mean(axis=1)
@@ -68,14 +73,18 @@ def simulate(
     if local_s is not None and not (math.isfinite(local_s) and local_s > 0):
         raise ResiliencyConfigError("plan", "local save interval", local_s, "a finite number > 0")
     if not mech.saves_complete:
-        return SimulationResult(intervals, np.zeros((intervals.size, replicas)), 0)
+        return SimulationResult(intervals, np.zeros((intervals.size, replicas)), 0, params.wall_s)
 
     rng = np.random.default_rng(seed)
-    total_t = params.wall_s
     lam = failures.cluster_rates(params.gpus)
     total_rate = sum(lam.values())
-    cum = np.cumsum([lam[c] / total_rate for c in FAULT_CLASSES]) if total_rate > 0 else None
     costs = fault_costs(params, mech)
+    # A renewal cycle: an attempt (the fault clock runs from its start) and the fault's detection after it.
+    cycle_s = (
+        math.inf if total_rate <= 0 else 1.0 / total_rate + sum(lam[c] / total_rate * costs[c].detect_s for c in lam)
+    )
+    total_t = min(params.wall_s, MAX_EXPECTED_FAULTS * cycle_s)
+    cum = np.cumsum([lam[c] / total_rate for c in FAULT_CLASSES]) if total_rate > 0 else None
     detect = np.array([costs[c].detect_s for c in FAULT_CLASSES])
     restart = np.array([costs[c].restart_s for c in FAULT_CLASSES])
     redo = np.array([_REDO[costs[c].redo_from] for c in FAULT_CLASSES])
@@ -103,8 +112,8 @@ def simulate(
     # attempt after them is hit at G - k x cycle into it: carried over as `pending`, so no draw is wasted.
     cycle, cycle_gain = _self_cycle(params, mech, tau, rate, in_place)
     pending = np.full(n, np.nan)
-    # Bound: attempts per lane ~ Poisson(total_rate x T), each followed by at most one jump; 10 sigma above.
-    mean_attempts = total_rate * total_t
+    # Bound: faults per lane ~ the cycles that fit (Poisson-like), each followed by at most one jump; 10 sigma.
+    mean_attempts = 0.0 if total_rate <= 0 else total_t / cycle_s
     max_iter = int(2 * (mean_attempts + 10 * math.sqrt(mean_attempts + 1)) + 100)
     iterations = 0
     for iterations in range(1, max_iter + 1):  # noqa: B007 - the count is reported
@@ -187,7 +196,7 @@ def simulate(
     if active.any():  # the bound was hit (not expected): count what those lanes had kept
         final[active] = pos[active]
     good = np.clip(final / total_t, 0.0, 1.0) * reserve_factor(params, mech)
-    return SimulationResult(intervals, good.reshape(intervals.size, replicas), iterations)
+    return SimulationResult(intervals, good.reshape(intervals.size, replicas), iterations, total_t)
 
 
 def _self_cycle(

@@ -55,11 +55,15 @@ def test_section_timeouts_are_five_times_the_healthy_time_with_a_floor():
 
 def test_restart_budget_and_reserve():
     assert restart_budget(419, job_retries=2) == 139  # ceil(419 / 3) - 1: the pool 140 x 3 = 420 >= 419
-    assert restart_budget(0) == 0
-    assert restart_budget(2, job_retries=2) == 0  # one in-job attempt x 3 jobs covers 2 faults
+    assert restart_budget(0) == 3  # never below Megatron Bridge's 3
+    assert restart_budget(20, job_retries=4) == 3  # ceil(20 / 5) - 1 = 3
+    assert restart_budget(30, job_retries=4) == 5  # ceil(30 / 5) - 1 = 5
     # Poisson(1): P(<=3) = 0.981, P(<=4) = 0.996 -> 4 spare nodes cover 99 %.
     assert reserve_nodes(1.0 / 86400.0, repair_s=86400.0) == 4
     assert reserve_nodes(0.0) == 0
+    # Above a mean of 50 the normal approximation: 100 + 2.326 x 10 = 123.26 -> 124 (terms would underflow).
+    assert reserve_nodes(100 / 86400.0, repair_s=86400.0) == 124
+    assert reserve_nodes(1e6 / 86400.0, repair_s=86400.0) == 1_002_326
 
 
 def test_llama3_profile_reproduces_the_published_counts():

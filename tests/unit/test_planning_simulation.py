@@ -101,3 +101,22 @@ def test_llama3_validation_effective_training_time_in_the_published_range():
     assert report.sets[0].simulated < 0.6
     assert report.sets[1].simulated < rec.simulated
     assert report.wall_s > 0
+
+
+def test_an_absurd_failure_rate_is_simulated_over_a_bounded_horizon():
+    """A fault every 0.2 s on 16,384 GPUs: no attempt ever gets through its start-up. The plan still finishes
+    (1,000 renewal cycles per simulated run, not 19 million faults) and says which part of the run it played."""
+    params = dataclasses.replace(LLAMA3, async_save=False)
+    report = plan(params, fm.parse_failure_rate("1"), our_defaults(params))
+    assert all(s.simulated < 1e-4 and s.closed_form < 1e-4 for s in report.sets)  # the first attempt: ~0.2 s
+    assert any(note.startswith("simulated the first") for note in report.notes)
+    assert sum(report.faults_expected.values()) == pytest.approx(16_384 * 54 * 24)
+
+
+def test_a_small_run_with_few_faults_keeps_megatron_bridges_restart_floor():
+    params = RunParams(gpus=8, step_time_s=0.5, save_time_s=5, days=1, local_save_time_s=1)
+    report = plan(params, fm.parse_failure_rate("1e-3"), our_defaults(params), save_interval_s=100)
+    assert report.recommendation["num_in_job_restarts"] == 3
+    assert report.local_interval_s is not None and report.local_interval_s < report.daly_s
+    assert "RerunStateMachinePlugin" not in {f.setting for f in report.flags}  # 0.03 expected: not worth a flag
+    assert "checkpoint.save_interval" in {f.setting for f in report.flags}  # 100 s vs ~54 minutes
