@@ -524,15 +524,8 @@ def plan(
     from nemo_resiliency_plugins.planning import plan as do_plan
     from nemo_resiliency_plugins.planning.failures import PROFILES
     from nemo_resiliency_plugins.planning.mechanisms import from_plugins, our_defaults
-    from nemo_resiliency_plugins.planning.recovery import DEFAULT_HUMAN_S, DEFAULT_REQUEUE_S, DEFAULT_RESTART_S
-    from nemo_resiliency_plugins.planning.report import (
-        SET_COLUMNS,
-        note_lines,
-        recommendation_lines,
-        set_rows,
-        summary_lines,
-        write_plot,
-    )
+    from nemo_resiliency_plugins.planning.recovery import DEFAULT_RESTART_S
+    from nemo_resiliency_plugins.planning.report import print_report, stated_defaults, write_plot
 
     _positive("--gpus", gpus, integer=True)
     _positive("--step-time", step_time)
@@ -552,14 +545,6 @@ def plan(
     if plot is not None and not os.path.isdir(os.path.dirname(os.path.abspath(plot))):
         raise UsageError(f"--plot {plot!r}: its directory does not exist")
     failures = parse_failure_rate(failure_rate) if failure_rate is not None else PROFILES[failure_profile or "llama3"]()
-    stated = []
-    if restart_time is None:
-        stated.append(f"restart {DEFAULT_RESTART_S:g} s (pass --restart-time; rehearse or the benchmark measure it)")
-    stated.append(
-        f"checkpoint load = save time; requeue {DEFAULT_REQUEUE_S:g} s; a person resubmits in {DEFAULT_HUMAN_S:g} s"
-    )
-    if async_save:
-        stated.append("an async save blocks training for one step")
     params = RunParams(
         gpus=gpus,
         step_time_s=step_time,
@@ -573,6 +558,7 @@ def plan(
         yours, source = our_defaults(params), "slurm-pretraining (default; pass --plugins)"
     else:
         yours, source = from_plugins(plugins_for(plugins)(), params), plugins
+    stated = stated_defaults(restart_given=restart_time is not None, async_save=async_save)
     report = do_plan(
         params, failures, yours, plugins_from=source, save_interval_s=save_interval, seed=seed, stated_defaults=stated
     )
@@ -580,28 +566,7 @@ def plan(
     if json_out:
         _emit_json(report.to_json() | {"plot": png})
         return
-    for line in summary_lines(report):
-        console.print(line, markup=False, highlight=False)
-    table = Table(title=f"predicted goodput (useful training / wall time); yours: {source}")
-    for column in SET_COLUMNS:
-        table.add_column(column)
-    for row in set_rows(report):
-        table.add_row(*(escape(cell) for cell in row))
-    console.print(table)
-    for line in note_lines(report):
-        console.print("  " + line, markup=False, highlight=False)
-    console.print("[bold]recommended settings[/bold]")
-    for line in recommendation_lines(report):
-        console.print("  " + line, markup=False, highlight=False)
-    if report.flags:
-        console.print("[bold]your settings far from the optimum[/bold]")
-        for flag in report.flags:
-            console.print(
-                f"  {flag.setting}: {flag.yours} -> {flag.recommended}: {flag.why}", markup=False, highlight=False
-            )
-    console.print(f"planned in {report.wall_s:.2f} s (simulation seed {seed})", highlight=False)
-    if png:
-        console.print(f"plot: {png}", highlight=False)
+    print_report(console, report, png)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -25,7 +25,8 @@ def megatron_bridge_defaults() -> MechanismSet:
     """``megatron.bridge.recipes.run_plugins.FaultTolerancePlugin()`` as it behaves with NVRx 0.7 (README,
     FaultTolerancePlugin section; research note ft-sections.md): it passes heartbeat timeouts only, so no
     section is monitored; Megatron Bridge never sends a heartbeat, so every attempt is killed 1800 s after it
-    starts (``initial_rank_heartbeat_timeout``); and ``calc_ft_timeouts=True`` with no declared section raises
+    starts (``initial_rank_heartbeat_timeout``; ``rank_heartbeat_timeout``, 300 s, applies only after a first
+    heartbeat, so never); and ``calc_ft_timeouts=True`` with no declared section raises
     ``KeyError: 'step'`` right after the first checkpoint save (read from the code, not run at scale). A hang
     is therefore ended only by that kill; a preemption signal also reaches NVRx's rank monitors, which stop,
     so the save on SIGTERM is lost (seen on the local Slurm with Megatron Bridge's ``TERM@60``)."""

@@ -5,7 +5,25 @@ from __future__ import annotations
 from typing import Any
 
 from nemo_resiliency_plugins.planning.plan import PlanReport
-from nemo_resiliency_plugins.planning.recovery import hang_detect_s
+from nemo_resiliency_plugins.planning.recovery import (
+    DEFAULT_HUMAN_S,
+    DEFAULT_REQUEUE_S,
+    DEFAULT_RESTART_S,
+    hang_detect_s,
+)
+
+
+def stated_defaults(*, restart_given: bool, async_save: bool) -> list[str]:
+    """The values the user did not give and the model assumed, printed with every plan."""
+    stated = []
+    if not restart_given:
+        stated.append(f"restart {DEFAULT_RESTART_S:g} s (pass --restart-time; rehearse or the benchmark measure it)")
+    stated.append(
+        f"checkpoint load = save time; requeue {DEFAULT_REQUEUE_S:g} s; a person resubmits in {DEFAULT_HUMAN_S:g} s"
+    )
+    if async_save:
+        stated.append("an async save blocks training for one step")
+    return stated
 
 
 def _dur(seconds: float | None) -> str:
@@ -143,3 +161,33 @@ def write_plot(report: PlanReport, path: str) -> str:
 
 def to_json(report: PlanReport, plot: str | None = None) -> dict[str, Any]:
     return report.to_json() | {"plot": plot}
+
+
+def print_report(console: Any, report: PlanReport, png: str | None) -> None:
+    """The text form of ``nemo-resiliency plan`` on a rich console: facts, the table, notes, recommendations,
+    flags."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    for line in summary_lines(report):
+        console.print(line, markup=False, highlight=False)
+    table = Table(title=f"predicted goodput (useful training / wall time); yours: {report.plugins_from}")
+    for column in SET_COLUMNS:
+        table.add_column(column)
+    for row in set_rows(report):
+        table.add_row(*(escape(cell) for cell in row))
+    console.print(table)
+    for line in note_lines(report):
+        console.print("  " + line, markup=False, highlight=False)
+    console.print("[bold]recommended settings[/bold]")
+    for line in recommendation_lines(report):
+        console.print("  " + line, markup=False, highlight=False)
+    if report.flags:
+        console.print("[bold]your settings far from the optimum[/bold]")
+        for flag in report.flags:
+            console.print(
+                f"  {flag.setting}: {flag.yours} -> {flag.recommended}: {flag.why}", markup=False, highlight=False
+            )
+    console.print(f"planned in {report.wall_s:.2f} s (simulation seed {report.seed})", highlight=False)
+    if png:
+        console.print(f"plot: {png}", highlight=False)
