@@ -11,7 +11,7 @@ import pytest
 
 from nemo_resiliency_plugins.planning import failures as fm
 from nemo_resiliency_plugins.planning.mechanisms import megatron_bridge_defaults, our_defaults, recommended
-from nemo_resiliency_plugins.planning.optimum import optimal_persistent_interval
+from nemo_resiliency_plugins.planning.optimum import optimal_local_interval, optimal_persistent_interval
 from nemo_resiliency_plugins.planning.plan import plan
 from nemo_resiliency_plugins.planning.recovery import (
     RunParams,
@@ -27,12 +27,12 @@ from nemo_resiliency_plugins.planning.simulate import simulate
 LLAMA3 = RunParams(gpus=16_384, step_time_s=6, save_time_s=60, days=54, async_save=True, restart_s=300)
 
 
-def first_order_loss(params, mech, failures, interval):
+def first_order_loss(params, mech, failures, interval, local_s=None):
     """sum_c lambda_c L_c: the closed form's expansion parameter."""
     lam = failures.cluster_rates(params.gpus)
     costs = fault_costs(params, mech)
     return sum(
-        lam[c] * (k.detect_s + k.restart_s + redo_s(params, k.redo_from, interval, None)) for c, k in costs.items()
+        lam[c] * (k.detect_s + k.restart_s + redo_s(params, k.redo_from, interval, local_s)) for c, k in costs.items()
     )
 
 
@@ -63,6 +63,7 @@ def test_the_simulation_is_reproducible_from_its_seed():
         (LLAMA3, 1.0),  # Llama 3 itself: lambda L ~ 0.1
         (dataclasses.replace(LLAMA3, gpus=2048, days=30), 1.0),  # lambda L ~ 0.01
         (dataclasses.replace(LLAMA3, async_save=False, local_save_time_s=None), 3.0),  # three times the faults
+        (dataclasses.replace(LLAMA3, local_save_time_s=5), 1.0),  # local checkpoints too
     ],
 )
 def test_monte_carlo_agrees_with_the_closed_form_where_both_apply(params, rate_scale):
@@ -75,11 +76,13 @@ def test_monte_carlo_agrees_with_the_closed_form_where_both_apply(params, rate_s
     failures = dataclasses.replace(failures, per_gpu_hour={c: r * rate_scale for c, r in failures.per_gpu_hour.items()})
     mech, _ = recommended(params, failures, 600, None)
     best = optimal_persistent_interval(params, failures, mech)
+    local = optimal_local_interval(params, failures, mech)
+    assert (local is not None) == (params.local_save_time_s is not None)
     intervals = [best / 2, best, best * 2]
-    sim = simulate(params, mech, failures, intervals, replicas=200, seed=3)
+    sim = simulate(params, mech, failures, intervals, local_s=local, replicas=200, seed=3)
     for interval, mean, err in zip(intervals, sim.mean(), sim.stderr(), strict=True):
-        closed = goodput_closed_form(params, mech, failures, interval)
-        tolerance = first_order_loss(params, mech, failures, interval) ** 2 + 4 * err
+        closed = goodput_closed_form(params, mech, failures, interval, local)
+        tolerance = first_order_loss(params, mech, failures, interval, local) ** 2 + 4 * err
         assert abs(mean - closed) <= tolerance, (interval, mean, closed, tolerance)
 
 
