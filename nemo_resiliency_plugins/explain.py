@@ -17,6 +17,8 @@ from typing import Any
 import fiddle as fdl
 import nemo_run as run
 
+from nemo_resiliency_plugins import known_bugs
+
 EXECUTOR_KINDS = ("local", "slurm", "docker")
 
 
@@ -36,6 +38,7 @@ class Explanation:
     command: str
     env: dict[str, str]
     launcher: str
+    known_bugs: list[str] = field(default_factory=list)  # one line per known Megatron Bridge bug on the path
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -112,8 +115,9 @@ def explain(plugins: list[Any], task: Any, executor: Any, *, executor_kind: str,
         command = _command_text(info)
         launcher = repr(job.executor.get_launcher()) if job.executor.launcher else "none (plain command)"
         env = {k: str(v) for k, v in job.executor.env_vars.items()}
+        bugs = [f"{f.verdict}: {f.line}" for f in known_bugs.findings(job.task)]
     effects = [e for r in recorders for e in r.effects]
-    return Explanation(executor_kind, _task_kind(task), effects, command, env, launcher)
+    return Explanation(executor_kind, _task_kind(task), effects, command, env, launcher, bugs)
 
 
 def _command_text(info: Any) -> str:
