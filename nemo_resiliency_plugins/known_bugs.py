@@ -102,8 +102,7 @@ class KnownBug:
     def message(self, detection: Detection) -> str:
         return (
             f"known Megatron Bridge bug {self.ref} ({self.title}; {self.url_base}{self.number}) is {detection.status} "
-            f"in the installed code ({detection.basis}) and this job runs it ({self.combination}): {self.effect}. "
-            f"Workaround: {self.workaround}"
+            f"in the installed code ({detection.basis}): {self.effect}. Workaround: {self.workaround}"
         )
 
 
