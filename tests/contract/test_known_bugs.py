@@ -3,7 +3,10 @@
 For each bug: the check reads the installed file and says ``present``; on a copy of that file with the
 upstream fix applied (written to ``tmp_path``) it says ``fixed``. Each fix is applied as a text edit of the
 installed file that must match exactly, so a Megatron Bridge whose code moved fails here instead of the check
-silently reading the wrong thing.
+silently reading the wrong thing. Two verdicts are also checked against behaviour: #5187 with NVRx's own parameter
+injection on the adapter compiled from each file, #5761 with a retry of NVRx's real detector after each file's
+``reset_for_restart`` (slow: a fresh interpreter). #5711's behaviour is checked end to end in
+tests/smoke/test_fault_tolerance_local.py.
 """
 
 from __future__ import annotations
@@ -167,3 +170,52 @@ def test_checks_never_import_megatron_bridge():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "['present', 'present', 'present']"
+
+
+# Run in a fresh interpreter: a process group and NVRx's process-global detector, as one training rank has them.
+_5761_PROBE = """
+import importlib.util, os, sys, tempfile
+from nemo_resiliency_plugins.testing.te_compat import ensure_megatron_bridge_importable
+ensure_megatron_bridge_importable()
+import torch.distributed as dist
+from megatron.bridge.training.config import NVRxStragglerDetectionConfig
+from megatron.bridge.training.nvrx_straggler import NVRxStragglerDetectionManager, safe_shutdown_nvrx_straggler_manager
+from nemo_resiliency_plugins.testing import cpu_accommodations as cpu
+
+dist.init_process_group("gloo", init_method="file://" + os.path.join(tempfile.mkdtemp(), "pg"), rank=0, world_size=1)
+for label, path in zip(("patched", "installed"), sys.argv[1:]):
+    spec = importlib.util.spec_from_file_location(f"state_{label}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    state = module.GlobalState()
+    results = []
+    for attempt in range(2):  # the first attempt, then the retry after the in-process restart's clean-up
+        state._nvrx_straggler_manager = NVRxStragglerDetectionManager(NVRxStragglerDetectionConfig(enabled=True))
+        state._nvrx_straggler_created = True
+        try:
+            with cpu.cupti_stand_in():  # CPU accommodation: NVRx's CUPTI timing cannot load without a GPU
+                state._nvrx_straggler_manager.initialize()
+            results.append("initialised")
+        except Exception as err:  # Megatron Bridge's train() catches this and trains on without detection
+            results.append(type(err).__name__)
+        if attempt == 0:
+            state.reset_for_restart()
+    print(label, *results)
+    safe_shutdown_nvrx_straggler_manager(state._nvrx_straggler_manager)  # a clean detector for the next file
+"""
+
+
+@pytest.mark.slow
+def test_5761_verdict_agrees_with_a_retry_of_the_real_detector(tmp_path):
+    """With the installed reset_for_restart the retry cannot initialise NVRx's detector again (what Megatron Bridge's
+    train() then silently trains on without); with the fixed copy it can. Each file's check says the same."""
+    bug = _bug(5761)
+    patched = _patched_copy(bug, tmp_path)
+    installed = known_bugs.installed_file(bug.file)
+    out = subprocess.run(
+        [sys.executable, "-c", _5761_PROBE, str(patched), str(installed)], capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = [line for line in out.stdout.splitlines() if line.startswith(("patched", "installed"))]
+    assert lines == ["patched initialised initialised", "installed initialised AssertionError"], out.stdout
+    assert (bug.detect(path=patched).status, bug.detect(path=installed).status) == ("fixed", "present")
