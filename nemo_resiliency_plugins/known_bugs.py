@@ -125,7 +125,7 @@ class FinishedRunResumeFails(KnownBug):
     -> ``_maybe_update_timeouts`` selects the ``setup`` section (a persistent checkpoint was loaded) while that
     section is still open (only the first train/eval step closes it) -> NVRx raises ``RankMonitorClientError: Not
     enough data to compute timeouts``. The fix closes an open ``setup`` section in ``shutdown`` first; the check
-    looks for an ``end_section("setup")`` in ``shutdown`` or a module function it calls.
+    looks for ``end_section("setup")`` or ``end_all_sections()`` in ``shutdown`` or a module function it calls.
 
     **Warn, not refuse.** ``calc_ft_timeouts=True`` is the drop-in default (Megatron Bridge's own plugin's too);
     refusing it would block every FT job on 0.6.x for an end-of-run case: a job resumed when its last checkpoint
@@ -397,9 +397,14 @@ def _called_names(fn: ast.FunctionDef) -> list[str]:
 
 
 def _closes_setup_section(fn: ast.FunctionDef) -> bool:
+    """``end_section("setup")`` (positional or keyword) or NVRx's ``end_all_sections()`` somewhere in ``fn``."""
     for node in ast.walk(fn):
-        if isinstance(node, ast.Call) and _call_name(node) == "end_section" and node.args:
-            first = node.args[0]
-            if isinstance(first, ast.Constant) and first.value == "setup":
+        if not isinstance(node, ast.Call):
+            continue
+        if _call_name(node) == "end_all_sections":
+            return True
+        if _call_name(node) == "end_section":
+            values = [*node.args, *(k.value for k in node.keywords)]
+            if any(isinstance(v, ast.Constant) and v.value == "setup" for v in values):
                 return True
     return False

@@ -114,17 +114,24 @@ def test_unreadable_code_falls_back_to_the_installed_version(number, tmp_path, m
     assert bug.detect(source="x = 1\n").status == "unknown"
 
 
-def test_5711_fix_elsewhere_in_shutdowns_helpers_counts(tmp_path):
-    """A fix that closes the section in a module function shutdown() calls is found too."""
+@pytest.mark.parametrize(
+    ("old", "added"),
+    [
+        # in a module function shutdown() calls, with a keyword argument
+        (
+            "    if not ft_state.is_calculating_timeouts:\n        return\n",
+            '    if ft_state.is_setup_section_open:\n        rmon_cli.end_section(section="setup")\n',
+        ),
+        # NVRx's end_all_sections() in shutdown() itself
+        ('        print_rank_0("FT: closing...")\n', "        rmon_cli.end_all_sections()\n"),
+    ],
+    ids=["helper-keyword", "end-all-sections"],
+)
+def test_5711_other_shapes_of_the_fix_count(old, added):
     bug = _bug(5711)
     text = known_bugs.installed_file(bug.file).read_text()
-    old = "    if not ft_state.is_calculating_timeouts:\n        return\n"
     assert text.count(old) == 1
-    helper_fix = text.replace(
-        old,
-        old + '    if ft_state.is_setup_section_open:\n        rmon_cli.end_section("setup")\n',
-    )
-    assert bug.detect(source=helper_fix).status == "fixed"
+    assert bug.detect(source=text.replace(old, old + added)).status == "fixed"
 
 
 def _adapter_from(source: str):
