@@ -132,7 +132,9 @@ class FinishedRunResumeFails(KnownBug):
     is already the final one (preempted or failed after the final save, a requeue of a run that had finished, a
     finished job submitted again). Nothing trained is lost - the final checkpoint is complete - but the job exits
     1 where the requeue guard expects 0, so every in-job restart and every requeue is spent re-failing on the same
-    checkpoint and the job ends FAILED. The warning says so and how to avoid it.
+    checkpoint and the job ends FAILED. The warning says so and how to avoid it. Only FaultTolerancePlugin warns
+    (it switches the FT package on); PreemptionPlugin, which makes such a resume likelier, stays silent so the job
+    gets one warning, and a task that enables ``ft`` by itself gets its line from ``doctor`` / ``explain``.
     """
 
     number: int = 5711
