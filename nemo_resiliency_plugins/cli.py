@@ -246,6 +246,8 @@ def explain(
     for note in result.notes:
         console.print(f"note: {note}", markup=False, highlight=False, style="yellow")
     _print_chain(chain)
+    for line in result.known_bugs:  # known_bugs.py: Megatron Bridge bugs on this job's path
+        console.print(f"known Megatron Bridge bug: {line}", markup=False)
     cfg_path = result.env.get("PET_FT_CFG_PATH")
     # Files and scripts are written verbatim (rich would hard-wrap them at the console width when stdout is
     # not a terminal, and a wrapped sbatch script is not valid bash).

@@ -19,7 +19,7 @@ from typing import Any
 import nemo_run as run
 from nemo_run.core.execution.launcher import FaultTolerance, Torchrun
 
-from nemo_resiliency_plugins import nvrx_launcher
+from nemo_resiliency_plugins import known_bugs, nvrx_launcher
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
 from nemo_resiliency_plugins.hydra_overrides import OverrideSyntaxError, find_overrides
 from nemo_resiliency_plugins.timeout_chain import timeout_chain
@@ -232,6 +232,10 @@ def check_job(
     nccl = _nccl_timeout_s(task)
     for link in timeout_chain(plugins, executor, step_time_s=step_time_s, save_time_s=save_time_s, nccl_timeout_s=nccl):
         checks.append(Check(f"timeouts: {link.name}", {True: "pass", False: "FAIL", None: "n/a"}[link.ok], link.detail))
+
+    # 9. Known Megatron Bridge bugs on this job's path, judged from the Megatron Bridge installed here.
+    for finding in known_bugs.findings(task):
+        checks.append(Check(f"known bug {finding.bug.ref}", finding.verdict, finding.line))
     return checks
 
 
