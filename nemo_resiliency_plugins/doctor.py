@@ -272,7 +272,8 @@ def _resume_check(task: Any) -> Check:
 
 def _progress_checks(executor: Any, path: str | None, cfg: dict | None, slurm: bool) -> list[Check]:
     """NVRx's progress tracker needs the iteration file; on Slurm the guard must not requeue its stop."""
-    text = "\n".join(f"{k}: {v}" for k, v in (cfg or {}).items()) if cfg is not None else (executor.setup_lines or "")
+    setup_lines = getattr(executor, "setup_lines", None) or ""  # only a SlurmExecutor has them
+    text = "\n".join(f"{k}: {v}" for k, v in cfg.items()) if cfg is not None else setup_lines
     cycles = re.search(r"max_no_progress_cycles: (-?\d+)", text)
     iteration = re.search(r"checkpoint_iteration_file: (.+)", text)
     checks = []
@@ -296,7 +297,7 @@ def _progress_checks(executor: Any, path: str | None, cfg: dict | None, slurm: b
         checks.append(
             _check(
                 "NVRx's no-restart exit is not requeued",
-                bool(env.get("NRP_NO_RESTART_EXIT_CODE")) and "nrp_exclude_failed_node" in (executor.setup_lines or ""),
+                bool(env.get("NRP_NO_RESTART_EXIT_CODE")) and "nrp_exclude_failed_node" in setup_lines,
                 f"exit code {env.get('NRP_NO_RESTART_EXIT_CODE')} ends the job FAILED"
                 if env.get("NRP_NO_RESTART_EXIT_CODE")
                 else "the requeue guard does not know NVRx's no-restart code: the job is requeued after NVRx said stop",
