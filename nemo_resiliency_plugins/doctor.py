@@ -19,7 +19,7 @@ from typing import Any
 import nemo_run as run
 from nemo_run.core.execution.launcher import FaultTolerance, Torchrun
 
-from nemo_resiliency_plugins import nvrx_launcher
+from nemo_resiliency_plugins import known_bugs, nvrx_launcher
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
 from nemo_resiliency_plugins.hydra_overrides import OverrideSyntaxError, find_overrides
 from nemo_resiliency_plugins.timeout_chain import timeout_chain
@@ -235,6 +235,10 @@ def check_job(
     nccl = _nccl_timeout_s(task)
     for link in timeout_chain(plugins, executor, step_time_s=step_time_s, save_time_s=save_time_s, nccl_timeout_s=nccl):
         checks.append(Check(f"timeouts: {link.name}", {True: "pass", False: "FAIL", None: "n/a"}[link.ok], link.detail))
+
+    # 9. Known Megatron Bridge bugs on this job's path, judged from the Megatron Bridge installed here.
+    for finding in known_bugs.findings(task):
+        checks.append(Check(f"known bug {finding.bug.ref}", finding.verdict, finding.line))
     return checks
 
 
@@ -306,7 +310,8 @@ def _resume_check(task: Any) -> Check:
 
 def _progress_checks(executor: Any, path: str | None, cfg: dict | None, slurm: bool) -> list[Check]:
     """NVRx's progress tracker needs the iteration file; on Slurm the guard must not requeue its stop."""
-    text = "\n".join(f"{k}: {v}" for k, v in (cfg or {}).items()) if cfg is not None else (executor.setup_lines or "")
+    setup_lines = getattr(executor, "setup_lines", None) or ""  # only a SlurmExecutor has them
+    text = "\n".join(f"{k}: {v}" for k, v in cfg.items()) if cfg is not None else setup_lines
     cycles = re.search(r"max_no_progress_cycles: (-?\d+)", text)
     iteration = re.search(r"checkpoint_iteration_file: (.+)", text)
     checks = []
@@ -330,7 +335,7 @@ def _progress_checks(executor: Any, path: str | None, cfg: dict | None, slurm: b
         checks.append(
             _check(
                 "NVRx's no-restart exit is not requeued",
-                bool(env.get("NRP_NO_RESTART_EXIT_CODE")) and "nrp_exclude_failed_node" in (executor.setup_lines or ""),
+                bool(env.get("NRP_NO_RESTART_EXIT_CODE")) and "nrp_exclude_failed_node" in setup_lines,
                 f"exit code {env.get('NRP_NO_RESTART_EXIT_CODE')} ends the job FAILED"
                 if env.get("NRP_NO_RESTART_EXIT_CODE")
                 else "the requeue guard does not know NVRx's no-restart code: the job is requeued after NVRx said stop",

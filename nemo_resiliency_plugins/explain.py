@@ -18,6 +18,8 @@ from typing import Any
 import fiddle as fdl
 import nemo_run as run
 
+from nemo_resiliency_plugins import known_bugs
+
 EXECUTOR_KINDS = ("local", "slurm", "docker")
 
 
@@ -39,6 +41,7 @@ class Explanation:
     launcher: str
     #: the warnings plugins logged while setting the job up (what they could not check or wire)
     notes: list[str] = field(default_factory=list)
+    known_bugs: list[str] = field(default_factory=list)  # one line per known Megatron Bridge bug on the path
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -141,8 +144,9 @@ def _explain(recorders, plugins, task, executor, *, executor_kind: str, name: st
         command = _command_text(info)
         launcher = repr(job.executor.get_launcher()) if job.executor.launcher else "none (plain command)"
         env = {k: str(v) for k, v in job.executor.env_vars.items()}
+        bugs = [f"{f.verdict}: {f.line}" for f in known_bugs.findings(job.task)]
     effects = [e for r in recorders for e in r.effects]
-    return Explanation(executor_kind, _task_kind(task), effects, command, env, launcher)
+    return Explanation(executor_kind, _task_kind(task), effects, command, env, launcher, known_bugs=bugs)
 
 
 def _command_text(info: Any) -> str:

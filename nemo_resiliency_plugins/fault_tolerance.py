@@ -28,6 +28,7 @@ import nemo_run as run
 
 from nemo_resiliency_plugins import autoresume, executor_config, nvrx_launcher, task_config
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
+from nemo_resiliency_plugins.known_bugs import guard_known_bugs
 from nemo_resiliency_plugins.validation import Checker
 
 logger = logging.getLogger(__name__)
@@ -207,6 +208,7 @@ class FaultTolerancePlugin(run.Plugin):
             script_args=self.script_args(),
             script_args_converter_fn=self.script_args_converter_fn,
         )
+        guard_known_bugs(task, plugin=name)  # Megatron-Bridge#5711 (known_bugs.py)
         heartbeats = self.workload_style == "heartbeats"
         launcher_settings: dict[str, Any] = dict(
             workload_check_interval=self.workload_check_interval,
