@@ -211,6 +211,12 @@ def _rehearsal_local(plugin: Any) -> tuple[Any, list[str], list[str]]:
             f"LocalCheckpointPlugin.non_persistent_save_interval: {plugin.non_persistent_save_interval} -> "
             f"{changes['non_persistent_save_interval']} (below the rehearsal's persistent interval {SAVE_INTERVAL})"
         )
+    if plugin.non_persistent_local_ckpt_algo == "fully_parallel":
+        changes["non_persistent_local_ckpt_algo"] = "atomic"
+        notes.append(
+            "LocalCheckpointPlugin.non_persistent_local_ckpt_algo: 'fully_parallel' -> 'atomic' (Megatron Core's "
+            "fully-parallel load exchanges shards through CUDA; the rehearsal's ranks run on CPU)"
+        )
     if plugin.replication:
         changes.update(replication=False, replication_jump=None, replication_factor=2)
         gaps.append(

@@ -349,5 +349,6 @@ def test_rehearsal_runs_local_checkpoints_on_one_machine_and_says_what_it_cannot
     assert any(m.startswith("AsyncCheckpointPlugin: not rehearsed") for m in missing)
     local_plugin = plugins[0]
     assert local_plugin.non_persistent_save_interval < SAVE_INTERVAL and local_plugin.replication is False
+    assert local_plugin.non_persistent_local_ckpt_algo == "atomic"  # fully_parallel's load needs CUDA
     assert any("non_persistent_save_interval: 50 ->" in n for n in scaled)
     assert any("replication" in m and "one" in m for m in missing)
