@@ -245,3 +245,20 @@ def test_megatron_bridge_never_passes_async_ckpt_use_cpu_shm_which_the_plugin_re
     assert not [p for p in root.rglob("*.py") if "cpu_shm" in p.read_text(errors="ignore")]
     with pytest.raises(ResiliencyConfigError, match="async_ckpt_use_cpu_shm"):
         AsyncCheckpointPlugin(async_ckpt_use_cpu_shm=True)
+
+
+def test_the_workloads_local_vs_persistent_choice_is_megatron_bridges():
+    """testing/mcore_checkpoint.Checkpointer.choose mirrors these lines of checkpointing.py (read as text: the module
+    imports nvidia-modelopt, not installed here): a local checkpoint wins when at least as new as the persistent one,
+    and the local manager is built from exactly these config fields."""
+    from pathlib import Path
+
+    import megatron.bridge
+
+    text = (Path(megatron.bridge.__file__).parent / "training" / "checkpointing.py").read_text()
+    assert "if non_persistent_iteration >= iteration:" in text
+    assert 'checkpointing_context["local_checkpoint_manager"].find_latest()' in text
+    context = text.split("def init_checkpointing_context(")[1].split("\ndef ")[0]
+    assert "CliqueReplicationStrategy.from_replication_params(" in context
+    assert "checkpoint_config.replication_jump,\n            checkpoint_config.replication_factor," in context
+    assert "LocalCheckpointManager(\n            checkpoint_config.non_persistent_local_ckpt_dir," in context
