@@ -34,6 +34,10 @@ What runs for real (Megatron Bridge 0.6):
       Megatron Bridge's ``pretrain`` calls it; each restart iteration builds its process group on a
       ``PrefixStore(<iteration>, store)``, as Megatron Bridge's ``_pretrain`` does, and resumes from the last
       checkpoint in the same processes. See "In-process restart" in the code.
+    * Local checkpoints when ``checkpoint.non_persistent_ckpt_type == "local"``: NVRx's ``LocalCheckpointManager``
+      with Megatron Core's ``MCoreTensorAwareStateDict``, Megatron Bridge's schedule and local-vs-persistent
+      choice at start (:mod:`~nemo_resiliency_plugins.testing.mcore_checkpoint`; algo ``atomic`` on CPU, the
+      CUDA-only upstream paths and ``checkpoint.async_save`` are refused there, naming the call).
 
 Known differences from Megatron Bridge 0.6.2's real ``pretrain()`` (found by running it on an H200 under each
 plugin, ``benchmarks/results/gpu/pretrain/summary.md``; paths under ``megatron/bridge/training/``). Fixed here:
