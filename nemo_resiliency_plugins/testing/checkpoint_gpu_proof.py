@@ -140,7 +140,9 @@ def main() -> int:
         )
         chosen = fresh.choose(persistent_step=-1)
         loaded = plain(fresh.load_local(template), ("ballast",))
-        good = chosen == ("local", 1) and torch.equal(loaded["w"], weight) and torch.equal(loaded["ballast"], ballast)
+        good = chosen == ("local", 1) and all(
+            torch.equal(loaded[k].cpu(), v.cpu()) for k, v in (("w", weight), ("ballast", ballast))
+        )
         flags = torch.tensor([int(good)], device="cuda")
         dist.all_reduce(flags, op=dist.ReduceOp.MIN)
         ok &= bool(flags.item())
