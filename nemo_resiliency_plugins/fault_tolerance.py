@@ -206,7 +206,11 @@ class FaultTolerancePlugin(run.Plugin):
             must_stay_unset=no_heartbeats,
         )
         executor_config.set_retries(
-            executor, self.num_job_retries_on_failure, plugin=name, field="num_job_retries_on_failure"
+            executor,
+            self.num_job_retries_on_failure,
+            plugin=name,
+            field="num_job_retries_on_failure",
+            default=type(self).__dataclass_fields__["num_job_retries_on_failure"].default,
         )
         # NeMo-Run's ft_launcher sbatch template would requeue a finished job forever (no finished flag).
         executor_config.guard_ft_requeue(executor, plugin=name)
@@ -217,7 +221,7 @@ class FaultTolerancePlugin(run.Plugin):
             plugin=name,
             **launcher_settings,
         )
-        path = executor_config.deliver_file(executor, "ft_launcher.yaml", content, plugin=name)
+        path = executor_config.deliver_ft_config(executor, "ft_launcher.yaml", content, plugin=name)
         executor_config.set_env(task, executor, nvrx_launcher.CONFIG_PATH_ENV, path, plugin=name)
         executor_config.set_env(
             task,
@@ -227,9 +231,8 @@ class FaultTolerancePlugin(run.Plugin):
             plugin=name,
             field="num_in_job_restarts",
         )
-        if not executor_config.is_slurm(executor):
-            # Off Slurm, NVRx derives the node's infrastructure rank from GROUP_RANK.
-            executor_config.set_env(task, executor, "GROUP_RANK", "0", plugin=name)
+        # NVRx's infrastructure rank: GROUP_RANK=0 on one node, never one value shared by several.
+        executor_config.set_infrastructure_rank(task, executor, plugin=name)
         executor_config.require_program(
             task,
             executor,

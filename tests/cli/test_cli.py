@@ -97,10 +97,10 @@ def test_explain_shows_the_section_timeouts_and_the_chain_in_text_form():
 
 
 def test_explain_reports_a_refusal_with_the_plugins_message():
-    out = cli("explain", "local-smoke", "--executor", "docker", "--json")
+    out = cli("explain", "inprocess-restart", "--executor", "slurm", "--json")
     assert out.returncode == 1
     data = json.loads(out.stdout)
-    assert "DockerExecutor" in data["effects"][0]["error"]
+    assert "SlurmExecutor" in data["effects"][0]["error"]
 
 
 def test_doctor_passes_a_good_recipe():
