@@ -221,3 +221,44 @@ def test_section_mapping_sits_in_the_executor_yaml_nvrx_reads(tmp_path):
     job = render(docker(), [FaultTolerancePlugin()])
     text = open(os.path.join(job.job_dir, "configs", "train_executor.yaml")).read()
     assert len(re.findall(r"^\s*fault_tolerance:", text, flags=re.M)) == 1
+
+
+# ------------------------------------------------------------------------ other plugins on these executors
+
+
+def _ft_state(directory, step, checkpointing):
+    """Megatron Bridge's ft_state.json with computed section timeouts (observed time x NVRx's factor 5)."""
+    import json
+
+    directory.mkdir(parents=True, exist_ok=True)
+    section = {"section": {"setup": 600.0, "step": step, "checkpointing": checkpointing}, "out_of_section": 300.0}
+    (directory / "ft_state.json").write_text(json.dumps({"current_timeouts": {"section": section}}))
+
+
+def test_preemption_off_slurm_checks_the_platform_grace_period(tmp_path):
+    """Docker gives a stopped container 10 s before SIGKILL; one step + one save of 100 s would be lost."""
+    import warnings
+
+    from nemo_resiliency_plugins import PreemptionPlugin
+    from nemo_resiliency_plugins.preemption import PreemptionTimeWarning
+
+    ck = tmp_path / "ck"
+    _ft_state(ck, step=100.0, checkpointing=400.0)  # observed: 20 s + 80 s
+    task = run.Script(path="/workspace/train.py", entrypoint="python", args=[f"checkpoint.save={ck}"])
+    with pytest.warns(PreemptionTimeWarning, match=r"10 s between SIGTERM and SIGKILL.*up to 100 s.*stop_timeout"):
+        job = render(docker(), [PreemptionPlugin()], task=task)
+    assert job.executor.retries == 0 and "signal" not in vars(job.executor)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PreemptionTimeWarning)
+        render(docker(additional_kwargs={"stop_timeout": 300}), [PreemptionPlugin()], task=task)
+
+
+def test_timeout_chain_has_the_platform_grace_link():
+    from nemo_resiliency_plugins import PreemptionPlugin
+    from nemo_resiliency_plugins.timeout_chain import timeout_chain
+
+    links = {link.name: link for link in timeout_chain([PreemptionPlugin()], docker(), step_time_s=5, save_time_s=30)}
+    grace = links["platform SIGTERM->SIGKILL grace > one step + one save"]
+    assert grace.ok is False and grace.detail == "10 s vs 35 s"
+    dgx = timeout_chain([PreemptionPlugin()], dgxcloud(), step_time_s=5, save_time_s=20)
+    assert [link.ok for link in dgx if link.name.startswith("platform")] == [True]  # 30 s vs 25 s
