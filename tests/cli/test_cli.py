@@ -69,10 +69,35 @@ def test_show_lists_fields_and_changes(name):
         assert entry["changes"]["task_changes"] or entry["changes"]["executor_changes"], entry
 
 
+KUBECONFIG = """\
+apiVersion: v1
+kind: Config
+clusters:
+- cluster: {server: "https://127.0.0.1:9", insecure-skip-tls-verify: true}
+  name: none
+contexts:
+- context: {cluster: none, user: none, namespace: default}
+  name: none
+current-context: none
+users:
+- name: none
+  user: {token: none}
+"""
+
+
+@pytest.fixture
+def kube_home(tmp_path, monkeypatch):
+    """KubeflowExecutor loads ~/.kube/config when it is built: one pointing nowhere (dry runs call no API)."""
+    (tmp_path / ".kube").mkdir()
+    (tmp_path / ".kube" / "config").write_text(KUBECONFIG)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+
+
 @pytest.mark.parametrize(
     ("name", "executor"), [(name, kind) for name, r in sorted(RECIPES.items()) for kind in r.executors]
 )
-def test_every_recipe_dry_runs_on_every_executor_it_claims(name, executor):
+def test_every_recipe_dry_runs_on_every_executor_it_claims(name, executor, kube_home):
     out = cli("explain", name, "--executor", executor, "--json")
     assert out.returncode == 0, out.stdout + out.stderr
     data = json.loads(out.stdout)
@@ -86,6 +111,19 @@ def test_every_recipe_dry_runs_on_every_executor_it_claims(name, executor):
             assert "PET_FT_CFG_PATH" in data["command"] and "rank_section_timeouts:" in data["command"]
     if "PreemptionPlugin" in RECIPES[name].plugins and executor == "slurm":
         assert "TERM@60" in data["command"] and "#SBATCH --signal=" in data["command"]
+
+
+@pytest.mark.parametrize(
+    ("name", "executor"), [(name, kind) for name, r in sorted(RECIPES.items()) for kind in r.executors]
+)
+def test_doctor_passes_every_recipe_on_every_executor_it_claims(name, executor, kube_home):
+    out = cli("doctor", name, "--executor", executor, "--json")
+    data = json.loads(out.stdout)
+    assert out.returncode == 0, [c for c in data["checks"] if c["verdict"] == "FAIL"]
+    if "FaultTolerancePlugin" in RECIPES[name].plugins:
+        verdicts = {c["name"]: c["verdict"] for c in data["checks"]}
+        assert verdicts["section timeouts declared"] == "pass"
+        assert verdicts["max restarts reach ft_launcher"] == "pass"
 
 
 def test_explain_shows_the_section_timeouts_and_the_chain_in_text_form():

@@ -262,3 +262,26 @@ def test_timeout_chain_has_the_platform_grace_link():
     assert grace.ok is False and grace.detail == "10 s vs 35 s"
     dgx = timeout_chain([PreemptionPlugin()], dgxcloud(), step_time_s=5, save_time_s=20)
     assert [link.ok for link in dgx if link.name.startswith("platform")] == [True]  # 30 s vs 25 s
+
+
+@pytest.mark.parametrize("make", [docker, dgxcloud, lepton], ids=["docker", "dgxcloud", "lepton"])
+def test_task_side_plugins_reach_the_job_through_the_executor_env(make):
+    """In-process restart, straggler detection and the rerun state machine act inside the ranks: their Hydra
+    overrides go on the task, and the env in-process restart needs goes to executor.env_vars, which every
+    executor passes to the job (Lepton and Kubeflow drop run.Script(env=...))."""
+    from nemo_resiliency_plugins import InProcessRestartPlugin, RerunStateMachinePlugin, StragglerDetectionPlugin
+
+    plugins = [
+        InProcessRestartPlugin(),
+        FaultTolerancePlugin(num_job_retries_on_failure=0),
+        StragglerDetectionPlugin(),
+        RerunStateMachinePlugin(),
+    ]
+    job = render(make(), plugins)
+    env = job.executor.env_vars
+    assert env["TORCH_NCCL_RETHROW_CUDA_ERRORS"] == "0" and env["NCCL_NVLS_ENABLE"] == "0"
+    assert env["TORCH_CPP_LOG_LEVEL"] == "error"
+    args = " ".join(job.task.args)
+    for section in ("++inprocess_restart.enabled=true", "++nvrx_straggler.enabled=true", "++ft.enable_ft_package=true"):
+        assert section in args
+    assert isinstance(job.executor.launcher, FaultToleranceWithSections)
