@@ -195,7 +195,7 @@ def check_job(
         checks.extend(_flag_checks(task, executor))
 
         # 5. ft_launcher resolvable where the job runs here.
-        if isinstance(executor, run.LocalExecutor):
+        if _runs_here(executor):
             paths = [str(executor.env_vars.get("PATH", "")), os.environ.get("PATH", "")]
             where = shutil.which("ft_launcher", path=os.pathsep.join(p for p in paths if p))
             checks.append(
@@ -223,6 +223,15 @@ def check_job(
     for link in timeout_chain(plugins, executor, step_time_s=step_time_s, save_time_s=save_time_s, nccl_timeout_s=nccl):
         checks.append(Check(f"timeouts: {link.name}", {True: "pass", False: "FAIL", None: "n/a"}[link.ok], link.detail))
     return checks
+
+
+def _runs_here(executor: Any) -> bool:
+    from nemo_resiliency_plugins.executors import for_executor
+
+    try:
+        return for_executor(executor).runs_here
+    except ResiliencyConfigError:
+        return False
 
 
 def _infra_rank_check(executor: Any) -> Check:

@@ -58,7 +58,9 @@ class FaultTolerancePlugin(run.Plugin):
             0 means no restart (NeMo-Run drops a 0 flag; ``PET_MAX_RESTARTS`` carries it).
         num_job_retries_on_failure: ``executor.retries``: new Slurm jobs (requeues) after a failed one.
             An executor ``retries`` of 0 is NeMo-Run's default and cannot be told from "not set": it is
-            replaced by this value; use ``num_job_retries_on_failure=0`` for no retries.
+            replaced by this value; use ``num_job_retries_on_failure=0`` for no retries. Set only where the
+            executor honours it (Slurm, Local): elsewhere the default is left out with a logged note and
+            another value is an error (on Docker, retries stop the container from being created).
         initial_rank_heartbeat_timeout / rank_heartbeat_timeout: heartbeat timeouts, passed to the
             launcher only with ``workload_style="heartbeats"`` (see the module docstring for why).
         script_args_converter_fn: for ``run.Script`` tasks whose script does not take Hydra overrides;

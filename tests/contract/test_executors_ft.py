@@ -18,7 +18,15 @@ import pytest
 
 from nemo_resiliency_plugins import FaultTolerancePlugin, ResiliencyConfigError
 from nemo_resiliency_plugins.executors import FaultToleranceWithSections, for_executor
-from tests.contract.executor_jobs import env_and_launch_lines, parse_launch, render, run_as_node, shell_join
+from tests.contract.executor_jobs import (
+    env_and_launch_lines,
+    parse_launch,
+    render,
+    run_as_node,
+    script_task,
+    shell_join,
+)
+from tests.helpers import add_job, local, slurm
 
 SECTIONS = {"setup": 600.0, "step": 180.0, "checkpointing": 420.0}
 
@@ -285,3 +293,41 @@ def test_task_side_plugins_reach_the_job_through_the_executor_env(make):
     for section in ("++inprocess_restart.enabled=true", "++nvrx_straggler.enabled=true", "++ft.enable_ft_package=true"):
         assert section in args
     assert isinstance(job.executor.launcher, FaultToleranceWithSections)
+
+
+# ------------------------------------------------------------------------------- infrastructure ranks
+
+
+def slurm_nodes(tmp, nodes):
+    executor = slurm(tmp)
+    executor.nodes = nodes
+    return executor
+
+
+@pytest.mark.parametrize(
+    ("make", "group_rank"),
+    [
+        (lambda tmp: local(), "0"),
+        (lambda tmp: slurm_nodes(tmp, 1), None),
+        (lambda tmp: slurm_nodes(tmp, 3), None),
+        (lambda tmp: docker(), "0"),
+        (lambda tmp: dgxcloud(nodes=1), None),
+        (lambda tmp: dgxcloud(nodes=4), None),
+        (lambda tmp: lepton(nodes=1), "0"),
+    ],
+    ids=["local", "slurm-1", "slurm-3", "docker", "dgxcloud-1", "dgxcloud-4", "lepton-1"],
+)
+def test_group_rank_only_where_one_value_is_right(make, group_rank, tmp_path):
+    """NVRx refuses two nodes with one infrastructure rank: GROUP_RANK=0 only on one node, never where the
+    executor sets a rank itself (Slurm's SLURM_PROCID, DGX Cloud's per-node GROUP_RANK export)."""
+    job = add_job(script_task(), make(tmp_path), [FaultTolerancePlugin(num_job_retries_on_failure=0)])
+    assert job.executor.env_vars.get("GROUP_RANK") == group_rank
+
+
+def test_doctor_infrastructure_rank_verdicts(tmp_path):
+    from nemo_resiliency_plugins.doctor import _infra_rank_check
+
+    assert _infra_rank_check(dgxcloud(nodes=2)).verdict == "pass"  # DGX Cloud's script exports one per node
+    assert _infra_rank_check(slurm_nodes(tmp_path, 2)).verdict == "n/a"  # SLURM_PROCID
+    shared = docker(env_vars={"GROUP_RANK": "0"})
+    assert _infra_rank_check(shared).verdict == "pass"  # one node: one value is right
