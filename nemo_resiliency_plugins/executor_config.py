@@ -343,6 +343,24 @@ def platform_stop(executor: Any, *, plugin: str) -> tuple[float | None, str]:
     return rules.grace_period_s(), rules.preemption_note
 
 
+def signal_reaches_ranks(executor: Any, *, plugin: str) -> str | None:
+    """None when a SIGTERM the platform sends to the job reaches ft_launcher / the ranks; else why not and
+    what to do. On Docker, DGX Cloud, Lepton and Kubeflow the container's first process is NeMo-Run's bash
+    launch script (``bash -c`` / ``/bin/bash launch.sh``), and SIGTERM sent to a PID-namespace init that has
+    no handler for it is dropped by the kernel (reproduced here with ``unshare --pid``: the child never saw
+    it, and the job ran on)."""
+    rules = for_executor(executor, plugin=plugin)
+    if not rules.pid1_launch_script:
+        return None
+    return (
+        f"on {rules.label} the platform's SIGTERM goes to the container's first process, NeMo-Run's bash launch "
+        "script, which as the container's init has no handler for it: the kernel drops the signal, so "
+        "ft_launcher and the ranks never see it and the job is SIGKILLed after the grace period without a save. "
+        "Send the signal to ft_launcher itself (e.g. a Kubernetes preStop hook running 'pkill -TERM -f "
+        "ft_launcher', or 'docker exec <container> pkill -TERM -f ft_launcher' before 'docker stop')"
+    )
+
+
 def note_no_effect(executor: Any, *, plugin: str, field: str, why: str) -> None:
     """Say (in the log) that a plugin setting does nothing on this executor, and why; never silence."""
     rules = for_executor(executor, plugin=plugin)

@@ -77,6 +77,10 @@ class PreemptionTimeWarning(UserWarning):
     """``preempt_time`` may be too short for one step plus one checkpoint save."""
 
 
+class PreemptionSignalWarning(UserWarning):
+    """The platform's stop signal does not reach the ranks on this executor (see the message for the fix)."""
+
+
 @dataclass
 class PreemptionPluginScriptArgs:
     """What ``script_args_converter_fn`` receives (a superset of Megatron Bridge's class of this name)."""
@@ -200,6 +204,9 @@ class PreemptionPlugin(run.Plugin):
                 ),
             )
             self._warn_if_grace_too_short(task, executor)
+            lost = executor_config.signal_reaches_ranks(executor, plugin=name)
+            if lost and self.enable_exit_handler:
+                warnings.warn(f"{name}: {lost}", PreemptionSignalWarning, stacklevel=2)
 
     def script_args(self) -> PreemptionPluginScriptArgs:
         return PreemptionPluginScriptArgs(
@@ -286,4 +293,10 @@ def step_plus_save_seconds(checkpoint_dir: Any) -> float | None:
     return (step + save) / NVRX_SAFETY_FACTOR
 
 
-__all__ = ["PreemptionPlugin", "PreemptionPluginScriptArgs", "PreemptionTimeWarning", "ResiliencyConfigError"]
+__all__ = [
+    "PreemptionPlugin",
+    "PreemptionPluginScriptArgs",
+    "PreemptionSignalWarning",
+    "PreemptionTimeWarning",
+    "ResiliencyConfigError",
+]

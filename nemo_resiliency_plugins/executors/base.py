@@ -55,6 +55,9 @@ class ExecutorRules:
         infra_rank_env: the variable NVRx takes the node's infrastructure rank from, when not GROUP_RANK.
         preemption_note: what happens to a job the platform stops (signals, grace period).
         default_grace_s: SIGTERM -> SIGKILL grace the platform gives a stopped job by default, if known.
+        pid1_launch_script: the container's first process is NeMo-Run's bash launch script. The platform's
+            SIGTERM goes to that process only, and a PID-namespace init with no handler for it never gets it
+            (the kernel drops it; measured here with ``unshare --pid``): the ranks see nothing until SIGKILL.
     """
 
     executor: Any
@@ -68,6 +71,7 @@ class ExecutorRules:
     infra_rank_env: ClassVar[str | None] = None
     preemption_note: ClassVar[str] = ""
     default_grace_s: ClassVar[float | None] = None
+    pid1_launch_script: ClassVar[bool] = False
 
     # ------------------------------------------------------------------------------------- the job's shape
 

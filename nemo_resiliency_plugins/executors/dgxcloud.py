@@ -29,6 +29,7 @@ class DGXCloudRules(ExecutorRules):
     retries_note: ClassVar[str] = (
         "NeMo-Run's DGXCloudExecutor only exports TORCHX_MAX_RETRIES; nothing resubmits a failed workload"
     )
+    pid1_launch_script: ClassVar[bool] = True
     preemption_note: ClassVar[str] = (
         "Run:ai stops a pod with SIGTERM and SIGKILLs it after Kubernetes' terminationGracePeriodSeconds "
         "(30 s by default; custom_spec can set it)"

@@ -35,6 +35,7 @@ class DockerRules(ExecutorRules):
         "(num_in_job_restarts) still apply"
     )
     retries_break_job: ClassVar[bool] = True
+    pid1_launch_script: ClassVar[bool] = True
     preemption_note: ClassVar[str] = (
         "NeMo-Run cancels a Docker job with 'docker rm --force' (SIGKILL, no save); 'docker stop' gives the "
         "container SIGTERM and 10 s before SIGKILL (docker-py's stop_timeout in additional_kwargs changes it)"

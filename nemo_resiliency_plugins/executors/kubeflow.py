@@ -32,6 +32,7 @@ class KubeflowRules(ExecutorRules):
     label: ClassVar[str] = "KubeflowExecutor"
     task_env_reaches_job: ClassVar[bool] = False
     retries_note: ClassVar[str] = "NeMo-Run's KubeflowExecutor does not read executor.retries"
+    pid1_launch_script: ClassVar[bool] = True
     preemption_note: ClassVar[str] = (
         "a pod gets SIGTERM, then SIGKILL after terminationGracePeriodSeconds (Kubernetes default 30 s; "
         "pod_spec_overrides={'terminationGracePeriodSeconds': N} sets it)"

@@ -28,6 +28,7 @@ class LeptonRules(ExecutorRules):
     env_in_shell: ClassVar[bool] = False
     task_env_reaches_job: ClassVar[bool] = False
     retries_note: ClassVar[str] = "NeMo-Run's LeptonExecutor does not pass executor.retries to the Lepton job"
+    pid1_launch_script: ClassVar[bool] = True
     preemption_note: ClassVar[str] = (
         "a preemptible Lepton job (can_be_preempted=True) is stopped with SIGTERM, then killed after the "
         "platform's grace period"

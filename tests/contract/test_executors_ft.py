@@ -331,3 +331,56 @@ def test_doctor_infrastructure_rank_verdicts(tmp_path):
     assert _infra_rank_check(slurm_nodes(tmp_path, 2)).verdict == "n/a"  # SLURM_PROCID
     shared = docker(env_vars={"GROUP_RANK": "0"})
     assert _infra_rank_check(shared).verdict == "pass"  # one node: one value is right
+
+
+# --------------------------------------------------------------------- the stop signal in a container
+
+
+CHILD = (
+    "import signal, sys, time\n"
+    "signal.signal(signal.SIGTERM, lambda *a: (print('RANK GOT SIGTERM', flush=True), sys.exit(0)))\n"
+    "time.sleep(4)\n"
+    "print('RANK NEVER SIGNALLED', flush=True)\n"
+)
+
+
+def test_sigterm_to_a_bash_launch_script_as_container_init_never_reaches_the_job(tmp_path):
+    """What PreemptionSignalWarning says, measured: a container's first process is NeMo-Run's bash launch
+    script (Docker: ``bash -c "... | tee ..."``; DGX Cloud, Lepton, Kubeflow: ``/bin/bash launch_script.sh``).
+    The platform signals that process only, from outside its PID namespace; an init with no SIGTERM handler
+    never gets it, so the job inside runs on (until the platform's SIGKILL)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    child = tmp_path / "rank.py"
+    child.write_text(CHILD)
+    command = f"{sys.executable} {child} 2>&1 | tee -a {tmp_path}/log.out; echo launch-script-done"
+    outer = subprocess.Popen(
+        ["unshare", "--pid", "--fork", "--mount-proc", "bash", "-c", command],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    init = None
+    for _ in range(50):  # the namespace's init: unshare's only child
+        time.sleep(0.1)
+        found = subprocess.run(["pgrep", "-P", str(outer.pid)], capture_output=True, text=True).stdout.split()
+        if found:
+            init = int(found[0])
+            break
+    assert init is not None, "unshare started no namespace init"
+    time.sleep(0.5)
+    os.kill(init, signal.SIGTERM)  # what docker stop / the kubelet does to the container's first process
+    out, _ = outer.communicate(timeout=30)
+    assert "RANK NEVER SIGNALLED" in out and "RANK GOT SIGTERM" not in out, out
+    assert "launch-script-done" in out
+
+
+def test_preemption_on_a_container_executor_says_the_signal_is_lost():
+    from nemo_resiliency_plugins import PreemptionPlugin
+    from nemo_resiliency_plugins.preemption import PreemptionSignalWarning
+
+    with pytest.warns(PreemptionSignalWarning, match=r"kernel drops the signal.*pkill -TERM -f ft_launcher"):
+        render(dgxcloud(), [PreemptionPlugin()])
