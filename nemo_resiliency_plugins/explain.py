@@ -18,6 +18,8 @@ import fiddle as fdl
 import nemo_run as run
 
 EXECUTOR_KINDS = ("local", "slurm", "docker", "dgx-cloud", "lepton", "skypilot", "skypilot-jobs", "kubeflow")
+#: Kinds NeMo-Run can build only with its extras installed (``nemo_run[skypilot]``, ``nemo_run[kubeflow]``).
+EXTRA_EXECUTOR_KINDS = ("skypilot", "skypilot-jobs", "kubeflow")
 
 
 @dataclass

@@ -1,8 +1,9 @@
 """FaultTolerancePlugin on SkyPilot (cluster and managed jobs) and Kubeflow; KubeRay refused.
 
-These executors need their own packages (``skypilot``, ``kubernetes``: NeMo-Run's ``skypilot`` and ``kubeflow``
-extras). KubeflowExecutor loads a kubeconfig when it is built: the tests give it one that points at an address
-nothing listens on; the dry run makes no API call.
+These executors need their own packages (``skypilot``, ``kubernetes``: NeMo-Run's ``skypilot`` and
+``kubeflow`` extras), which conflict with the project's .venv (urllib3, click): run this file with
+``.venv-executors`` (``.ci/setup-executors-env``). KubeflowExecutor loads a kubeconfig when it is built: the
+tests give it one that points at an address nothing listens on; the dry run makes no API call.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import pytest
 
 from nemo_resiliency_plugins import FaultTolerancePlugin, ResiliencyConfigError
 from nemo_resiliency_plugins.executors import for_executor
+from nemo_resiliency_plugins.explain import EXTRA_EXECUTOR_KINDS, make_executor
+from nemo_resiliency_plugins.recipes import RECIPES
 from tests.contract.executor_jobs import env_and_launch_lines, parse_launch, render, run_as_node
 from tests.contract.test_executors_ft import assert_sections_reach_the_rank_monitor
 
@@ -127,3 +130,40 @@ def test_kuberay_is_refused_by_name_with_the_alternative(kube_home):
 
     with pytest.raises(ResiliencyConfigError, match="KubeRayExecutor runs Ray clusters.*use run.KubeflowExecutor"):
         FaultTolerancePlugin().setup(run.Script(path="/workspace/train.py", entrypoint="python"), KubeRayExecutor())
+
+
+# ------------------------------------------------------------------ explain / doctor on these executors
+
+
+EXTRA_CLAIMS = [
+    (name, kind)
+    for name, recipe in sorted(RECIPES.items())
+    for kind in recipe.executors
+    if kind in EXTRA_EXECUTOR_KINDS
+]
+
+
+def test_some_recipe_claims_an_executor_that_needs_extras():
+    assert ("kubernetes", "kubeflow") in EXTRA_CLAIMS
+
+
+@pytest.mark.parametrize(("name", "executor"), EXTRA_CLAIMS)
+def test_explain_and_doctor_on_every_claimed_executor_that_needs_extras(name, executor, kube_home):
+    import json
+
+    from tests.cli.test_cli import cli
+
+    out = cli("explain", name, "--executor", executor, "--json")
+    assert out.returncode == 0, out.stdout + out.stderr
+    data = json.loads(out.stdout)
+    assert all(e["error"] is None for e in data["effects"]) and "ft_launcher" in data["command"]
+    out = cli("doctor", name, "--executor", executor, "--json")
+    data = json.loads(out.stdout)
+    assert out.returncode == 0, [c for c in data["checks"] if c["verdict"] == "FAIL"]
+    verdicts = {c["name"]: c["verdict"] for c in data["checks"]}
+    assert verdicts["section timeouts declared"] == "pass"
+
+
+@pytest.mark.parametrize("kind", EXTRA_EXECUTOR_KINDS)
+def test_explain_builds_each_extra_executor(kind, kube_home):
+    assert for_executor(make_executor(kind, nodes=2)).nodes() == 2
