@@ -161,8 +161,8 @@ def show(name: str, json_out: bool = typer.Option(False, "--json")) -> None:
     recipe = _recipe(name)
     from nemo_resiliency_plugins.explain import explain, make_executor, make_task
 
-    plugins = recipe.build()
-    with _quiet():
+    with _quiet():  # building a plugin may log (RerunStateMachinePlugin's notice): never into --json's stdout
+        plugins = recipe.build()
         result = explain(plugins, make_task(), make_executor(recipe.executors[0]), executor_kind=recipe.executors[0])
     data = {
         "name": recipe.name,
@@ -200,7 +200,12 @@ def show(name: str, json_out: bool = typer.Option(False, "--json")) -> None:
 @_guarded("explain")
 def explain(
     name: str,
-    executor: str = typer.Option("local", "--executor", "-e", help="local | slurm | docker"),
+    executor: str = typer.Option(
+        "local",
+        "--executor",
+        "-e",
+        help="local | slurm | docker | dgx-cloud | lepton | skypilot | skypilot-jobs | kubeflow",
+    ),
     script: str = typer.Option(None, "--script", help="Your training script (run.Script, Hydra overrides)."),
     partial: bool = typer.Option(False, "--partial", help="Explain a run.Partial(pretrain, config=...) task."),
     nodes: int = typer.Option(1, "--nodes"),
@@ -223,8 +228,8 @@ def explain(
     _positive("--save-time", save_time)
     recipe = _recipe(name)
 
-    plugins = recipe.build()
     with _quiet():
+        plugins = recipe.build()
         exe = make_executor(executor, nodes=nodes, ntasks_per_node=ntasks_per_node, time=time)
         result = do_explain(plugins, make_task(script, partial), exe, executor_kind=executor)
         chain = timeout_chain(plugins, exe, step_time_s=step_time, save_time_s=save_time)
@@ -280,7 +285,9 @@ def _print_chain(chain: list) -> None:
 @_guarded("doctor")
 def doctor(
     target: str = typer.Argument(..., help="An experiment directory NeMo-Run saved, or a recipe name."),
-    executor: str = typer.Option("local", "--executor", "-e", help="With a recipe name: local | slurm"),
+    executor: str = typer.Option(
+        "local", "--executor", "-e", help="With a recipe name: one of the executors of `explain --executor`"
+    ),
     checkpoint_dir: str = typer.Option(None, "--checkpoint-dir", help="Where ft_state.json is (else from the task)."),
     step_time: float = typer.Option(None, "--step-time"),
     save_time: float = typer.Option(None, "--save-time"),
@@ -298,12 +305,13 @@ def doctor(
             jobs = doc.jobs_from_experiment_dir(target)
         else:
             recipe = _recipe(target)
-            from nemo_resiliency_plugins.explain import make_executor, make_task
+            from nemo_resiliency_plugins.explain import EXECUTOR_KINDS, make_executor, make_task
 
-            _executor_kind(executor, ("local", "slurm"))
+            _executor_kind(executor, EXECUTOR_KINDS)
             plugins = recipe.build()
+            exe = make_executor(executor)  # an executor NeMo-Run cannot build here is a usage error, not a finding
             try:
-                jobs = [(*_applied(make_task(), make_executor(executor), plugins), plugins)]
+                jobs = [(*_applied(make_task(), exe, plugins), plugins)]
             except ResiliencyConfigError as err:
                 # A plugin refused this job (e.g. ft_launcher not on this host's PATH): a finding, not a crash.
                 jobs = []
