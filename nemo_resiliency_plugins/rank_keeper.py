@@ -105,14 +105,15 @@ def main(argv: list[str] | None = None) -> int:
     return 128 + signum
 
 
-def _wait_for_the_others(forwarded: list[int], interval_s: float = 0.5) -> str:
+def _wait_for_the_others(forwarded: list[int], interval_s: float = 0.5, settle_s: float = 3.0) -> str:
     """After this keeper's rank died: "stopped" (the launcher signalled), "finished" or "all dead".
 
     The keeper stays a running worker while another rank of this node lives on (NVRx's business, a reserve may
     take the place). When the other keepers have begun to leave with no rank alive, the job ended normally: a
     keeper leaves on its own only when its rank returned 0, and a failure makes the launcher stop every worker,
-    this one included (``forwarded``). When every keeper of the node is still there and none has a living rank,
-    nobody is left to finish the job: the death is reported to the launcher after all.
+    this one included (``forwarded``). When every keeper of the node stays there for ``settle_s`` with no living
+    rank, nobody is left to finish the job: the death is reported to the launcher after all. (The wait tells a
+    keeper whose rank has just returned, and which is about to leave, from one that waits like this one.)
     """
     import time
 
@@ -120,14 +121,21 @@ def _wait_for_the_others(forwarded: list[int], interval_s: float = 0.5) -> str:
 
     me = psutil.Process()
     expected = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) - 1
+    nobody_since: float | None = None
     while not forwarded:
         try:
             siblings = [p for p in psutil.Process(os.getppid()).children() if p.pid != me.pid and _is_keeper(p)]
             alive = any(_has_living_child(p) for p in siblings)
         except psutil.Error:
             siblings, alive = [], False
-        if not alive:
-            return "finished" if len(siblings) < expected else "all dead"
+        if alive:
+            nobody_since = None
+        elif len(siblings) < expected:
+            return "finished"
+        else:
+            nobody_since = nobody_since if nobody_since is not None else time.monotonic()
+            if time.monotonic() - nobody_since >= settle_s:
+                return "all dead"
         time.sleep(interval_s)
     return "stopped"
 
