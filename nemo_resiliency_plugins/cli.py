@@ -242,6 +242,8 @@ def explain(
             console.print(f"  executor {line}", markup=False)
         if effect.error:
             console.print(f"  [red]refused: {effect.error}[/red]")
+    for note in result.notes:
+        console.print(f"note: {note}", markup=False, highlight=False, style="yellow")
     _print_chain(chain)
     cfg_path = result.env.get("PET_FT_CFG_PATH")
     # Files and scripts are written verbatim (rich would hard-wrap them at the console width when stdout is

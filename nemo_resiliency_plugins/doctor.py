@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -138,6 +139,9 @@ def check_job(
         )
     if isinstance(launcher, Torchrun) and not is_ft:
         checks.append(Check("hang detection", "warn", "torchrun restarts crashed ranks but never detects a hang"))
+    restarting = {"PreemptionPlugin", "InProcessRestartPlugin", "FaultTolerancePlugin"}
+    if is_ft or any(type(p).__name__ in restarting for p in plugins):
+        checks.append(_resume_check(task))
 
     # 2. Sections declared, heartbeats kept away from a section-based job.
     if is_ft:
@@ -198,6 +202,7 @@ def check_job(
 
         # 4. Flag compatibility and the zero-restarts trap.
         checks.extend(_flag_checks(task, executor))
+        checks.extend(_progress_checks(executor, path, cfg, slurm))
 
         # 5. ft_launcher resolvable where the job runs here.
         if isinstance(executor, run.LocalExecutor):
@@ -227,6 +232,83 @@ def check_job(
     nccl = _nccl_timeout_s(task)
     for link in timeout_chain(plugins, executor, step_time_s=step_time_s, save_time_s=save_time_s, nccl_timeout_s=nccl):
         checks.append(Check(f"timeouts: {link.name}", {True: "pass", False: "FAIL", None: "n/a"}[link.ok], link.detail))
+    return checks
+
+
+def _resume_check(task: Any) -> Check:
+    """Megatron Bridge resumes only from checkpoint.load: a restart must find what the run saved."""
+    from nemo_resiliency_plugins.task_config import config_field_seen
+
+    name = "restarts resume from the saved checkpoints"
+    try:
+        save_seen, save = config_field_seen(task, "checkpoint", "save", plugin="doctor")
+        load_seen, load = config_field_seen(task, "checkpoint", "load", plugin="doctor")
+    except Exception as err:  # an unreadable task is reported by other checks
+        return Check(name, "n/a", f"could not read the task: {err}")
+    if not save_seen:
+        return Check(
+            name,
+            "warn",
+            "the task does not show checkpoint.save (a recipe inside the script?): make checkpoint.load the "
+            "same directory, or every restart trains from iteration 0",
+        )
+    if not save:
+        return Check(name, "FAIL", "checkpoint.save is unset: nothing is saved, every restart trains from iteration 0")
+    if not load_seen or not load:
+        return Check(
+            name,
+            "FAIL",
+            f"checkpoint.save={save} but checkpoint.load is unset: Megatron Bridge resumes only from checkpoint.load, "
+            "so every restart trains from iteration 0",
+        )
+    if os.path.normpath(str(load)) != os.path.normpath(str(save)):
+        return Check(name, "FAIL", f"checkpoint.load={load} differs from checkpoint.save={save}: restarts load {load}")
+    return Check(name, "pass", f"checkpoint.load = checkpoint.save = {save}")
+
+
+def _progress_checks(executor: Any, path: str | None, cfg: dict | None, slurm: bool) -> list[Check]:
+    """NVRx's progress tracker needs the iteration file; on Slurm the guard must not requeue its stop."""
+    text = "\n".join(f"{k}: {v}" for k, v in (cfg or {}).items()) if cfg is not None else (executor.setup_lines or "")
+    cycles = re.search(r"max_no_progress_cycles: (-?\d+)", text)
+    iteration = re.search(r"checkpoint_iteration_file: (.+)", text)
+    checks = []
+    if cycles is None:
+        checks.append(Check("progress tracking (max_no_progress_cycles)", "n/a", "no NVRx config file to read"))
+    elif int(cycles.group(1)) <= 0:
+        checks.append(Check("progress tracking (max_no_progress_cycles)", "n/a", "off (max_no_progress_cycles <= 0)"))
+    else:
+        checks.append(
+            Check(
+                "progress tracking (max_no_progress_cycles)",
+                "pass" if iteration else "warn",
+                f"reads {iteration.group(1).strip()}"
+                if iteration
+                else "no checkpoint_iteration_file: NVRx counts no progress, so a crash that repeats every cycle uses "
+                "up every restart and retry (set FaultTolerancePlugin.checkpoint_dir)",
+            )
+        )
+    if slurm:
+        env = executor.env_vars
+        checks.append(
+            _check(
+                "NVRx's no-restart exit is not requeued",
+                bool(env.get("NRP_NO_RESTART_EXIT_CODE")) and "nrp_exclude_failed_node" in (executor.setup_lines or ""),
+                f"exit code {env.get('NRP_NO_RESTART_EXIT_CODE')} ends the job FAILED"
+                if env.get("NRP_NO_RESTART_EXIT_CODE")
+                else "the requeue guard does not know NVRx's no-restart code: the job is requeued after NVRx said stop",
+            )
+        )
+        nodes = getattr(executor, "nodes", 1) or 1
+        on = env.get("NRP_EXCLUDE_FAILED_NODES") == "1"
+        checks.append(
+            Check(
+                "failed node excluded on requeue",
+                "pass" if on else ("n/a" if nodes == 1 else "warn"),
+                "the node that failed first is excluded from the requeued job"
+                if on
+                else ("one-node job" if nodes == 1 else "off: a requeue can land on the node that just failed"),
+            )
+        )
     return checks
 
 

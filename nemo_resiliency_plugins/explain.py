@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import logging
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -36,6 +37,8 @@ class Explanation:
     command: str
     env: dict[str, str]
     launcher: str
+    #: the warnings plugins logged while setting the job up (what they could not check or wire)
+    notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -97,6 +100,30 @@ def make_task(script: str | None = None, partial: bool = False) -> Any:
 def explain(plugins: list[Any], task: Any, executor: Any, *, executor_kind: str, name: str = "train") -> Explanation:
     """Apply ``plugins`` through a real Experiment and dry-run it."""
     recorders = [_Recorder(inner=p) for p in plugins]
+    notes = _Notes()
+    package_logger = logging.getLogger("nemo_resiliency_plugins")
+    package_logger.addHandler(notes)
+    try:
+        result = _explain(recorders, plugins, task, executor, executor_kind=executor_kind, name=name)
+    finally:
+        package_logger.removeHandler(notes)
+    result.notes = list(dict.fromkeys(notes.messages))  # once each, in order
+    return result
+
+
+class _Notes(logging.Handler):
+    """Collects the plugins' warnings during ``exp.add`` (a plugin warns where it cannot check or wire a
+    prerequisite: an invisible checkpoint directory, progress tracking that cannot act, ...)."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def _explain(recorders, plugins, task, executor, *, executor_kind: str, name: str) -> Explanation:
     with run.Experiment(f"explain-{name}", executor=executor, log_level="ERROR") as exp:
         try:
             exp.add(task, executor=executor, plugins=recorders, name=name)

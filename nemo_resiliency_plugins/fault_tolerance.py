@@ -19,13 +19,14 @@ for drop-in compatibility and are used only with ``workload_style="heartbeats"``
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import nemo_run as run
 
-from nemo_resiliency_plugins import executor_config, nvrx_launcher, task_config
+from nemo_resiliency_plugins import autoresume, executor_config, nvrx_launcher, task_config
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
 from nemo_resiliency_plugins.validation import Checker
 
@@ -74,8 +75,22 @@ class FaultTolerancePlugin(run.Plugin):
         workload_check_interval: how often the rank monitor checks (adds up to this much detection latency).
         rank_termination_signal: signal sent to a rank found hung.
         log_level: rank-monitor log level.
-        max_no_progress_cycles: stop restarting after this many restarts without a new checkpoint
-            (NVRx progress tracking; 0 or -1 disables it).
+        max_no_progress_cycles: stop restarting after this many consecutive cycles without a new checkpoint
+            (NVRx progress tracking; 0 or -1 disables it). ft_launcher then exits with NVRx's no-restart code
+            (93) and the Slurm requeue guard does not requeue the job. NVRx counts progress from
+            ``<checkpoint dir>/latest_checkpointed_iteration.txt``, the file Megatron Bridge writes after each
+            completed save: the plugin points NVRx at it in the task's ``checkpoint.save`` directory.
+        checkpoint_dir: the job's ``checkpoint.save`` directory when the task does not show it (a recipe
+            built inside the script): where NVRx's progress tracker reads the iteration file. Without either,
+            progress tracking cannot act (a warning, and an ``explain``/``doctor`` line, say so).
+        exclude_failed_nodes: Slurm only. When a failed run is requeued, add the node whose task failed first
+            (srun's ``srun: error: <node>: task <n>: ...`` line) to the job's excluded nodes, so the next run
+            lands elsewhere, as long as the partition keeps enough nodes for the job. ``None`` (default) means on
+            for jobs of more than one node (a one-node job has nowhere else to go on a small partition).
+
+    Autoresume: a restart only saves work if Megatron Bridge resumes from what the run saved, and Megatron
+    Bridge 0.6.2 resumes only from ``checkpoint.load``. Where the task shows ``checkpoint.save``, an unset
+    ``checkpoint.load`` is set to it and a different one is refused (:mod:`nemo_resiliency_plugins.autoresume`).
     """
 
     # Megatron Bridge's FaultTolerancePlugin fields, same defaults.
@@ -101,6 +116,8 @@ class FaultTolerancePlugin(run.Plugin):
     rank_termination_signal: str = "SIGKILL"
     log_level: str = "INFO"
     max_no_progress_cycles: int = 3
+    checkpoint_dir: str | None = None
+    exclude_failed_nodes: bool | None = None
 
     def __post_init__(self) -> None:
         check = Checker(type(self).__name__)
@@ -130,6 +147,9 @@ class FaultTolerancePlugin(run.Plugin):
         check.signal_name("rank_termination_signal", self.rank_termination_signal)
         check.log_level("log_level", self.log_level)
         check.integer("max_no_progress_cycles", self.max_no_progress_cycles, min=-1)
+        check.path("checkpoint_dir", self.checkpoint_dir, optional=True)
+        if self.exclude_failed_nodes is not None:
+            check.boolean("exclude_failed_nodes", self.exclude_failed_nodes)
 
         if self.simulate_fault and not self.enable_ft_package:
             check.fail(
@@ -167,6 +187,11 @@ class FaultTolerancePlugin(run.Plugin):
     def setup(self, task: run.Partial | run.Script, executor: run.Executor) -> None:
         name = type(self).__name__
         executor_config.check_script_entrypoint(task, plugin=name)
+        iteration_file = self._iteration_file(
+            autoresume.ensure_autoresume(
+                task, plugin=name, why="ft_launcher restarts and job retries", converter=self.script_args_converter_fn
+            )
+        )
         task_config.set_config_fields(
             task,
             "ft",
@@ -210,10 +235,12 @@ class FaultTolerancePlugin(run.Plugin):
         )
         # NeMo-Run's ft_launcher sbatch template would requeue a finished job forever (no finished flag).
         executor_config.guard_ft_requeue(executor, plugin=name)
+        self._slurm_requeue_settings(task, executor)
         content = nvrx_launcher.config_file(
             section_timeouts=self.section_timeouts if not heartbeats else {},
             out_of_section_timeout=self.out_of_section_timeout if not heartbeats else None,
             max_no_progress_cycles=self.max_no_progress_cycles,
+            checkpoint_iteration_file=iteration_file,
             plugin=name,
             **launcher_settings,
         )
@@ -241,6 +268,64 @@ class FaultTolerancePlugin(run.Plugin):
             ),
         )
         logger.info("%s: ft_launcher config at %s:\n%s", name, path, content)
+
+    def _slurm_requeue_settings(self, task: Any, executor: Any) -> None:
+        """What the Slurm requeue guard reads from the job's environment: NVRx's no-restart exit code (never
+        requeued) and whether to exclude the failed node on a requeue."""
+        name = type(self).__name__
+        if not executor_config.is_slurm(executor):
+            if self.exclude_failed_nodes:
+                raise ResiliencyConfigError(
+                    name,
+                    "exclude_failed_nodes",
+                    True,
+                    "None or False off Slurm",
+                    detail=f"only a Slurm requeue can exclude nodes; a {executor_config.executor_kind(executor)} "
+                    "job has no excluded-node list",
+                )
+            return
+        executor_config.set_env(
+            task, executor, "NRP_NO_RESTART_EXIT_CODE", str(nvrx_launcher.NO_RESTART_EXIT_CODE), plugin=name
+        )
+        exclude = self.exclude_failed_nodes
+        if exclude is None:
+            exclude = (getattr(executor, "nodes", 1) or 1) > 1
+        if exclude:
+            executor_config.set_env(
+                task, executor, "NRP_EXCLUDE_FAILED_NODES", "1", plugin=name, field="exclude_failed_nodes"
+            )
+
+    def _iteration_file(self, dirs: autoresume.CheckpointDirs) -> str | None:
+        """Where NVRx's progress tracker reads the last checkpointed iteration, or None when unknown."""
+        name = type(self).__name__
+        if (
+            dirs.visible
+            and self.checkpoint_dir is not None
+            and os.path.normpath(dirs.save) != os.path.normpath(self.checkpoint_dir)
+        ):
+            raise ResiliencyConfigError(
+                name,
+                "checkpoint_dir",
+                self.checkpoint_dir,
+                f"None or the task's checkpoint.save ({dirs.save!r})",
+                detail="the task already shows its checkpoint directory; checkpoint_dir is for tasks that do not",
+            )
+        directory = dirs.save if dirs.visible else self.checkpoint_dir
+        if directory is None:
+            if self.max_no_progress_cycles > 0:
+                logger.warning(
+                    "%s: max_no_progress_cycles=%d has no effect: NVRx's progress tracker needs the checkpoint "
+                    "directory (it reads %s there) and the task does not show checkpoint.save. Set "
+                    "FaultTolerancePlugin(checkpoint_dir=<the job's checkpoint.save>), or a crash that repeats "
+                    "every cycle uses up every restart and retry",
+                    name,
+                    self.max_no_progress_cycles,
+                    nvrx_launcher.ITERATION_FILE,
+                )
+            return None
+        if self.max_no_progress_cycles <= 0:
+            return None
+        return os.path.join(directory, nvrx_launcher.ITERATION_FILE)
 
     def script_args(self) -> FaultTolerancePluginScriptArgs:
         return FaultTolerancePluginScriptArgs(

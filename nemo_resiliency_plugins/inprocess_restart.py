@@ -42,7 +42,7 @@ from typing import Any
 
 import nemo_run as run
 
-from nemo_resiliency_plugins import executor_config, rank_keeper, task_config
+from nemo_resiliency_plugins import autoresume, executor_config, rank_keeper, task_config
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
 from nemo_resiliency_plugins.validation import Checker, is_finite_number
 
@@ -211,6 +211,7 @@ class InProcessRestartPlugin(run.Plugin):
         self._refuse_unsupported(task, executor, name)
         reserves = self._check_world_size(executor, name)
         self._check_monitor_logdir(task, executor, name)
+        autoresume.ensure_autoresume(task, plugin=name, why="in-process restarts (and a launcher restart after them)")
         task_config.set_config_fields(task, "inprocess_restart", self.config_values(), plugin=name)
         self._apply_watchdog_rule(task, name)
 

@@ -12,12 +12,22 @@ NVRx 0.7). Command-line flags override the file, so a value is never given both 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 
 from nemo_run.core.execution.launcher import FaultTolerance
 
 CONFIG_PATH_ENV = "PET_FT_CFG_PATH"
 MAX_RESTARTS_ENV = "PET_MAX_RESTARTS"
+#: The file Megatron Bridge writes into ``checkpoint.save`` after each completed global save, holding the
+#: iteration as text (``training/checkpointing.py``, ``save_checkpoint``: the train-state finalize step).
+#: NVRx's progress tracker reads it (``checkpoint_iteration_file``); without it the tracker stays inactive.
+ITERATION_FILE = "latest_checkpointed_iteration.txt"
+#: ft_launcher's exit code when NVRx decides the job must not be restarted (no progress across restarts, or an
+#: attribution stop): NVRx 0.7's ``DEFAULT_NO_RESTART_EXIT_CODE``, pinned by tests/contract/test_nvrx_launcher.py.
+#: NeMo-Run's launcher cannot pass ``--ft-no-restart-exit-code`` (and it has no environment fallback), so every
+#: job launched through NeMo-Run exits with this one.
+NO_RESTART_EXIT_CODE = 93
 
 
 def launcher(
@@ -56,6 +66,7 @@ def config_file(
     initial_rank_heartbeat_timeout: float | None,
     rank_heartbeat_timeout: float | None,
     plugin: str,
+    checkpoint_iteration_file: str | None = None,
 ) -> str:
     """The NVRx fault-tolerance YAML. Every value is a validated number or identifier, written literally."""
     lines = [
@@ -74,6 +85,9 @@ def config_file(
         f"  log_level: {log_level.upper()}",
         f"  max_no_progress_cycles: {int(max_no_progress_cycles)}",
     ]
+    if checkpoint_iteration_file is not None:
+        # A JSON string is a YAML double-quoted scalar: any path is written exactly, nothing in it is interpreted.
+        lines.append(f"  checkpoint_iteration_file: {json.dumps(checkpoint_iteration_file)}")
     return "\n".join(lines) + "\n"
 
 

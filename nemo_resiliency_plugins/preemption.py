@@ -55,7 +55,7 @@ from typing import Any
 
 import nemo_run as run
 
-from nemo_resiliency_plugins import executor_config, task_config
+from nemo_resiliency_plugins import autoresume, executor_config, task_config
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
 from nemo_resiliency_plugins.validation import Checker
 
@@ -168,6 +168,14 @@ class PreemptionPlugin(run.Plugin):
                 ),
             )
         if self.enable_exit_handler:
+            # The whole point is a checkpoint at the signal that the next run resumes from: refuse what cannot.
+            autoresume.ensure_autoresume(
+                task,
+                plugin=name,
+                why="the run after a preemption (requeue or resubmission)",
+                require_visible=True,
+                converter=self.script_args_converter_fn,
+            )
             task_config.set_config_fields(
                 task,
                 "train",

@@ -109,8 +109,64 @@ TORCHX_MAX_RETRIES=$(( TORCHX_MAX_RETRIES + 1 ))
 # user's setup_lines runs first (in a subshell, so that an `exit` in it cannot skip this one).
 NRP_USER_EXIT_TRAP=$(nrp_trap_of EXIT)
 trap '[ -z "$NRP_USER_EXIT_TRAP" ] || (eval "$NRP_USER_EXIT_TRAP"); [ "${exitcode:-0}" = 0 ] || exit "$exitcode"' EXIT
+# NVRx's ft_launcher exits with its no-restart code (NRP_NO_RESTART_EXIT_CODE, set by FaultTolerancePlugin) when
+# NVRx decided the job must not run again: no progress across restarts (max_no_progress_cycles) or an
+# attribution stop. Requeueing it would burn the job's retries on the same failure: it ends FAILED instead.
+# After any other failure, with NRP_EXCLUDE_FAILED_NODES=1 the node whose task failed first (srun's own
+# "srun: error: <node>: task <n>: ..." line, captured by the srun function below) is added to the requeued job's
+# excluded nodes, as long as the partition still has enough nodes for the job.
+NRP_SRUN_ERR=$(mktemp "${TMPDIR:-/tmp}/nrp-srun-stderr.XXXXXX")
+nrp_keep_function srun NRP_SRUN_CAPTURED
+srun() {
+  local nrp_rc
+  $NRP_SRUN_CAPTURED "$@" 2> >(tee -a "$NRP_SRUN_ERR" >&2)
+  nrp_rc=$?
+  wait $! 2>/dev/null  # the tee of the process substitution has written everything
+  return "$nrp_rc"
+}
+nrp_exclude_failed_node() {
+  local nrp_line nrp_node nrp_excl nrp_all nrp_total nrp_count nrp_list
+  nrp_line=$(grep -m1 -E '^srun: error: [A-Za-z0-9._-]+: tasks? [0-9,-]+: ' "$NRP_SRUN_ERR" 2>/dev/null)
+  nrp_node=$(printf '%s' "$nrp_line" | awk '{print $3}' | tr -d :)
+  if [ -z "$nrp_node" ]; then
+    echo "nemo-resiliency-plugins: no 'srun: error: <node>: task' line: cannot tell which node failed;" \
+      "requeue without excluding one"
+    return 0
+  fi
+  nrp_excl=$($NRP_SCONTROL show job "$SLURM_JOB_ID" -o | grep -oE 'ExcNodeList=[^ ]+' | cut -d= -f2)
+  [ "$nrp_excl" != "(null)" ] || nrp_excl=
+  nrp_all=$({ [ -z "$nrp_excl" ] || $NRP_SCONTROL show hostnames "$nrp_excl"; echo "$nrp_node"; } | sort -u)
+  nrp_count=$(printf '%s\n' "$nrp_all" | grep -c .)
+  nrp_total=$($NRP_SCONTROL show partition "${SLURM_JOB_PARTITION:-}" -o 2>/dev/null |
+    grep -oE 'TotalNodes=[0-9]+' | cut -d= -f2)
+  if [ -z "$nrp_total" ] || [ $(( nrp_total - nrp_count )) -lt "${SLURM_JOB_NUM_NODES:-1}" ]; then
+    echo "nemo-resiliency-plugins: node $nrp_node failed ($nrp_line) but is not excluded: the partition would" \
+      "have $(( ${nrp_total:-0} - nrp_count )) nodes left for a ${SLURM_JOB_NUM_NODES:-1}-node job"
+    return 0
+  fi
+  nrp_list=$($NRP_SCONTROL show hostlist "$(printf '%s\n' "$nrp_all" | paste -sd, -)")
+  echo "nemo-resiliency-plugins: node $nrp_node failed first ($nrp_line): the requeued job excludes $nrp_list"
+  # A running job's ExcNodeList cannot be changed, and requeueing ends this script at once: a background
+  # subshell that ignores the job's SIGTERM sets it as soon as the job is pending (well within KillWait).
+  ( trap '' TERM INT HUP
+    for nrp_i in $(seq 80); do
+      $NRP_SCONTROL update JobId="$SLURM_JOB_ID" ExcNodeList="$nrp_list" 2>/dev/null && exit 0
+      sleep 0.25
+    done
+    echo "nemo-resiliency-plugins: could not set ExcNodeList=$nrp_list on job $SLURM_JOB_ID" ) &
+}
 nrp_keep_function scontrol NRP_SCONTROL
 scontrol() {
+  if [ "${1:-}" = requeue ] && [ -n "${NRP_NO_RESTART_EXIT_CODE:-}" ] &&
+      [ "${exitcode:-}" = "$NRP_NO_RESTART_EXIT_CODE" ]; then
+    echo "nemo-resiliency-plugins: ft_launcher exited with NVRx's no-restart code $exitcode (NVRx decided the job" \
+      "must not be restarted: no progress across restarts, or an attribution stop; the launcher log says which):" \
+      "not requeued, the job ends FAILED"
+    return 0
+  fi
+  if [ "${1:-}" = requeue ] && [ "${exitcode:-0}" != 0 ] && [ "${NRP_EXCLUDE_FAILED_NODES:-0}" = 1 ]; then
+    nrp_exclude_failed_node
+  fi
   if [ "${1:-}" = requeue ] && [ "${exitcode:-1}" = 0 ] && [ "${ANY_JOB_STEP_FAILED:-1}" = 0 ]; then
     if [ -z "${NRP_PREEMPTION_SIGNAL:-}" ]; then
       touch "$(dirname "$JOB_RESULTS_FILE")/$(basename "$FAULT_TOL_FINISHED_FLAG_FILE")"

@@ -40,7 +40,7 @@ from typing import Any
 
 import nemo_run as run
 
-from nemo_resiliency_plugins import executor_config, task_config
+from nemo_resiliency_plugins import autoresume, executor_config, task_config
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
 from nemo_resiliency_plugins.validation import Checker
 
@@ -161,6 +161,11 @@ class StragglerDetectionPlugin(run.Plugin):
         executor_config.check_script_entrypoint(task, plugin=name)
         if self.enabled:
             self._refuse_legacy_detector(task, name)
+        if self.enabled and self.stop_if_detected:
+            # The job saves and exits 0 on a straggler, to be requeued elsewhere: that only helps if it resumes.
+            autoresume.ensure_autoresume(
+                task, plugin=name, why="the requeue after stop_if_detected", converter=self.script_args_converter_fn
+            )
         task_config.set_config_fields(
             task,
             "nvrx_straggler",

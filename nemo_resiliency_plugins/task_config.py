@@ -101,8 +101,12 @@ def set_config_fields(
     plugin: str,
     script_args: Any = None,
     script_args_converter_fn: Callable[[Any], list[str]] | None = None,
+    fill_none: bool = False,
 ) -> list[Change]:
     """Make the job's ``ConfigContainer.<section>`` carry ``values``; returns what was changed.
+
+    ``fill_none``: a field a ``run.Partial``'s config sets to None explicitly counts as unset (Megatron Bridge's
+    meaning of None for optional paths such as ``checkpoint.load``), so the plugin may fill it in.
 
     Every change is logged here (INFO, prefixed with the plugin's name), so an experiment's log says what each
     plugin did to the task whichever plugin made the change.
@@ -115,7 +119,7 @@ def set_config_fields(
         else:
             changes = _set_on_script(task, SECTIONS[section], values, plugin)
     elif isinstance(task, fdl.Buildable):
-        changes = _set_on_buildable(task, SECTIONS[section], values, plugin)
+        changes = _set_on_buildable(task, SECTIONS[section], values, plugin, fill_none=fill_none)
     else:
         raise ResiliencyConfigError(
             plugin,
@@ -127,6 +131,42 @@ def set_config_fields(
     for change in changes:
         logger.info("%s: %s", plugin, change.description)
     return changes
+
+
+def config_field_seen(task: run.Script | fdl.Buildable, section: str, field: str, *, plugin: str) -> tuple[bool, Any]:
+    """``(seen, value)``: whether the job's value of ``section.field`` can be known from the task, and that value.
+
+    A ``run.Script`` shows a field only through an override in ``task.args`` (the recipe inside the script is
+    invisible): ``checkpoint.save=/x`` is seen, ``~checkpoint.save`` and ``checkpoint.save=null`` are seen as
+    None. A ``run.Partial`` / ``run.Config`` holding the ``ConfigContainer`` shows every field of a section it
+    sets: a field left unset there has the section class's default. Plugins use it for rules that need to know
+    a value is *absent* (no checkpoint directory at all), which :func:`read_config_field` cannot tell apart
+    from "not visible".
+    """
+    if isinstance(task, run.Script):
+        seen, found = False, None
+        for override in script_overrides(task, plugin=plugin):
+            if override.key == f"{section}.{field}":
+                seen, found = True, None if override.prefix == "~" else override.value
+            elif override.key == section and isinstance(override.value, dict) and field in override.value:
+                seen, found = True, override.value[field]
+        return seen, found
+    if isinstance(task, fdl.Buildable):
+        container = _find_container(task, SECTIONS[section], plugin=plugin, required=False)
+        current = None if container is None else _explicit(container, section)
+        if current is None:
+            return False, None
+        if isinstance(current, fdl.Buildable) and field not in current.__arguments__:
+            cls = _target_class(current)
+            for f in dataclasses.fields(cls) if dataclasses.is_dataclass(cls) else ():
+                if f.name == field:
+                    if f.default is not dataclasses.MISSING:
+                        return True, f.default
+                    if f.default_factory is not dataclasses.MISSING:
+                        return True, f.default_factory()
+            return False, None
+        return True, _explicit(current, field)
+    return False, None
 
 
 def read_config_field(task: run.Script | fdl.Buildable, section: str, field: str, *, plugin: str) -> Any:
@@ -354,7 +394,9 @@ def _check_agrees(plugin: str, key: str, override: Override, value: Any, where: 
 # ------------------------------------------------------------------------------ run.Partial / run.Config
 
 
-def _set_on_buildable(task: fdl.Buildable, section: Section, values: Mapping[str, Any], plugin: str) -> list[Change]:
+def _set_on_buildable(
+    task: fdl.Buildable, section: Section, values: Mapping[str, Any], plugin: str, *, fill_none: bool = False
+) -> list[Change]:
     container = _find_container(task, section, plugin, required=True)
     container_cls = _target_class(container)
     current = (
@@ -379,6 +421,8 @@ def _set_on_buildable(task: fdl.Buildable, section: Section, values: Mapping[str
                 detail=f"the installed Megatron Bridge's {sub_cls.__name__} has no field '{field}'",
             )
         existing = _explicit_or_changed(current, field, sub_cls)
+        if fill_none and existing is None:
+            existing = _UNSET
         if existing is not _UNSET:
             if not same_value(existing, value):
                 raise ResiliencyConfigError(

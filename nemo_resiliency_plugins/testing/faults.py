@@ -13,6 +13,11 @@ in order: fault *i* only once fault *i-1*'s marker exists, at the first time its
 single fault without ``checkpoint.save`` has no marker and every attempt injects it; a chain needs the save
 directory (it is refused without one).
 
+``NRP_FAULT_REPEAT`` makes a single once-only fault a *crash loop*: ``same`` injects it at step NRP_FAULT_STEP in
+every attempt (a rank that dies at the same step however often it is restarted: no progress), ``after_resume``
+injects it NRP_FAULT_STEP steps after the step each attempt resumed from (a rank that fails again later in each
+cycle: progress every time). No marker is written or read; a chain cannot repeat.
+
 ``slow`` models a persistently slow rank: it applies on every step >= NRP_FAULT_STEP of every attempt (its
 compute part takes 3x as long). ``nan`` adds NaN to the model output, hence to the loss and the gradients, of
 step NRP_FAULT_STEP once (a transient fault: a re-run of the step is clean); ``nan_persistent`` adds it on every
@@ -37,6 +42,7 @@ FAULT_KINDS = ("kill", "hang", "raise", "sigterm", "slow", "nan", "nan_persisten
 CHAINABLE_KINDS = ("kill", "hang", "raise", "sigterm")
 LOSS_FAULTS = ("nan", "nan_persistent")
 FAULT_MARKER = "nrp_fault_injected"
+REPEAT_MODES = ("same", "after_resume")
 _CHAIN_ITEM = re.compile(r"([a-z_]+)@([0-9]+)")
 
 
@@ -54,6 +60,8 @@ class FaultSpec:
     rank: int = 1
     step_time: float = 0.05
     then: tuple[tuple[str, int], ...] = ()
+    #: None (once per save directory), "same" or "after_resume" (every attempt; see the module docstring)
+    repeat: str | None = None
 
     @property
     def chain(self) -> tuple[tuple[str, int], ...]:
@@ -66,11 +74,20 @@ class FaultSpec:
         value = env.get("NRP_FAULT", "").strip().lower()
         rank = int(env.get("NRP_FAULT_RANK", "1"))
         step_time = float(env.get("NRP_STEP_TIME", "0.05"))
+        repeat = env.get("NRP_FAULT_REPEAT", "").strip().lower() or None
+        if repeat not in (None, *REPEAT_MODES):
+            raise ValueError(f"NRP_FAULT_REPEAT={repeat!r}: expected one of {', '.join(REPEAT_MODES)}")
         if "@" not in value and "," not in value:
             kind = value or None
             if kind is not None and kind not in FAULT_KINDS:
                 raise ValueError(f"NRP_FAULT={kind!r}: expected one of {', '.join(FAULT_KINDS)}")
-            return cls(kind=kind, step=int(env.get("NRP_FAULT_STEP", "0")), rank=rank, step_time=step_time)
+            if repeat is not None and kind not in CHAINABLE_KINDS:
+                raise ValueError(f"NRP_FAULT_REPEAT needs one of {', '.join(CHAINABLE_KINDS)} (NRP_FAULT={value!r})")
+            return cls(
+                kind=kind, step=int(env.get("NRP_FAULT_STEP", "0")), rank=rank, step_time=step_time, repeat=repeat
+            )
+        if repeat is not None:
+            raise ValueError("NRP_FAULT_REPEAT applies to a single fault, not to a chain")
         chain = []
         for item in value.split(","):
             m = _CHAIN_ITEM.fullmatch(item.strip())
@@ -99,6 +116,7 @@ class FaultInjector:
         self.injected_before = self.marker is not None and os.path.exists(self.marker)
         self._slow_announced = False
         self._loss_fault_done = False
+        self._first_step: int | None = None  # the step this attempt started from (NRP_FAULT_REPEAT=after_resume)
         if spec.kind is not None and not 0 <= spec.rank < world and rank == 0:
             log(f"NOTE NRP_FAULT={spec.kind} ignored: NRP_FAULT_RANK={spec.rank} not in world of {world}")
 
@@ -130,11 +148,21 @@ class FaultInjector:
         """Called inside the step (between on_training_step_start and on_training_step_end)."""
         if not self.active or self.spec.kind == "slow" or self.spec.kind in LOSS_FAULTS:
             return
+        if self._first_step is None:
+            self._first_step = step
+        if self.spec.repeat is not None:
+            target = self.spec.step + (self._first_step if self.spec.repeat == "after_resume" else 0)
+            if step == target:
+                self._inject(self.spec.kind, step)
+            return
         pending = self._pending()
         if pending is None or pending[2] != step:
             return
         index, kind, _ = pending
         self._write_marker(index, kind, step)
+        self._inject(kind, step)
+
+    def _inject(self, kind: str, step: int) -> None:
         log(f"FAULT_INJECTED kind={kind} step={step} rank={self.rank}")
         if kind == "kill":
             os.kill(os.getpid(), signal.SIGKILL)

@@ -72,7 +72,8 @@ def _reference_kwargs(save_dir: str | None) -> dict[str, dict[str, Any]]:
         ),
         "logger": dict(log_interval=1),
         "tokenizer": dict(tokenizer_type="NullTokenizer", vocab_size=32),
-        "checkpoint": dict(save=save_dir, load=None, save_interval=5),
+        # As Megatron Bridge's recipes do (recipes/common.py): load and save name the same directory.
+        "checkpoint": dict(save=save_dir, load=save_dir, save_interval=5),
         "rng": dict(seed=1234),
     }
 

@@ -329,7 +329,9 @@ class _Trainer:
                 "rng": gathered,
             }
             atomic_torch_save(payload, os.path.join(self.save_dir, f"iter_{step:07d}.pt"))
-            atomic_write_bytes(os.path.join(self.save_dir, TRACKER_FILE), f"{step}\n".encode())
+            # Megatron Bridge writes the bare iteration (no newline) once the save is complete; NVRx's progress
+            # tracker reads this file.
+            atomic_write_bytes(os.path.join(self.save_dir, TRACKER_FILE), str(step).encode())
         dist.barrier()
         fault_tolerance.on_checkpointing_end(is_async_finalization=False, global_state=self.state)
         self.last_saved_step = step
@@ -337,7 +339,10 @@ class _Trainer:
             _log(f"CHECKPOINT saved step={step}")
 
     def maybe_resume(self) -> None:
-        load_dir = self.cfg.checkpoint.load or self.cfg.checkpoint.save
+        # As Megatron Bridge 0.6.2 does (training/setup.py, _should_load_checkpoint): resume only from
+        # checkpoint.load, never from checkpoint.save. A job whose load is unset starts from scratch on every
+        # restart, exactly as a real job would; the plugins set load to save where the task shows it.
+        load_dir = self.cfg.checkpoint.load
         choice = [newest_checkpoint(load_dir) if self.rank == 0 else None]
         dist.broadcast_object_list(choice, src=0)
         path = choice[0]

@@ -36,7 +36,9 @@ def installs_handler_for(value, expected: signal.Signals) -> bool:
 def test_script_overrides_reach_a_training_config_the_signal_handler_accepts(
     apply_overrides, workload, tmp_path, name, expected
 ):
-    task = run.Script(path="/tmp/train.py", entrypoint="python", args=["train.train_iters=7"])
+    task = run.Script(
+        path="/tmp/train.py", entrypoint="python", args=["train.train_iters=7", "checkpoint.save=/tmp/ck"]
+    )
     PreemptionPlugin(exit_signal=name, enable_exit_handler_for_data_loader=True).setup(task, local_executor())
     cfg = apply_overrides(workload.reference_config(str(tmp_path)), task.args)
     assert cfg.train.exit_signal_handler is True
@@ -96,8 +98,8 @@ def test_drop_in_for_megatron_bridges_plugin(mb_run_plugins):
 
 
 def test_our_overrides_parse_like_megatron_bridges_plus_the_signal(apply_overrides, workload, tmp_path, mb_run_plugins):
-    ours = run.Script(path="/tmp/train.py", entrypoint="python")
-    theirs = run.Script(path="/tmp/train.py", entrypoint="python")
+    ours = run.Script(path="/tmp/train.py", entrypoint="python", args=["checkpoint.save=/tmp/ck"])
+    theirs = run.Script(path="/tmp/train.py", entrypoint="python", args=["checkpoint.save=/tmp/ck"])
     PreemptionPlugin().setup(ours, local_executor())
     mb_run_plugins.PreemptionPlugin().setup(theirs, local_executor())
     a = apply_overrides(workload.reference_config(str(tmp_path)), ours.args).train

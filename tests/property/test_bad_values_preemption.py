@@ -27,7 +27,9 @@ def test_setup_against_any_time_limit_accepts_or_names_the_problem(tmp_path, lim
         tunnel=run.LocalTunnel(job_dir=str(tmp_path)),
         packager=run.Packager(),
     )
-    task = run.Script(path="nemo_resiliency_plugins.testing.workload", m=True, entrypoint="python")
+    task = run.Script(
+        path="nemo_resiliency_plugins.testing.workload", m=True, entrypoint="python", args=["checkpoint.save=/tmp/ck"]
+    )
     try:
         PreemptionPlugin(preempt_time=preempt_time).setup(task, executor)
     except ResiliencyConfigError as err:

@@ -33,8 +33,8 @@ SUBMIT = textwrap.dedent(
         account="local",
         partition=spec["partition"],
         tunnel=run.LocalTunnel(job_dir=os.path.join(home, "experiments")),
-        nodes=1,
-        ntasks_per_node=2,
+        nodes=spec["nodes"],
+        ntasks_per_node=spec["ntasks_per_node"],
         time=spec["time"],
         container_image=None,
         packager=run.Packager(),
@@ -96,6 +96,8 @@ def submit(
     env: dict[str, str] | None = None,
     preemption: dict[str, Any] | None = None,
     ft: dict[str, Any] | None = None,
+    nodes: int = 1,
+    ntasks_per_node: int = 2,
 ) -> SubmittedJob:
     home = tmp_path / "nemorun_home"
     home.mkdir(exist_ok=True)
@@ -108,6 +110,8 @@ def submit(
         name=name,
         preemption=preemption,
         ft=ft,
+        nodes=nodes,
+        ntasks_per_node=ntasks_per_node,
     )
     p = subprocess.run(
         [sys.executable, "-c", SUBMIT, json.dumps(spec)],

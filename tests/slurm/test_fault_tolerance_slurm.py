@@ -8,14 +8,29 @@ the plugins' requeue guard a job that succeeded is requeued, resumes at its last
 and is requeued again, for ever (``S`` lines never count as failures). The fault-free job here is the proof
 that the guard ends it after one run.
 
-The three jobs are submitted together (the node runs two at a time) and compared at the end: the faulty
-runs' final parameters must equal the fault-free run's, bit for bit.
+Issue 18's life-of-a-job cases run in the same batch of jobs (all submitted together, followed concurrently):
+
+* a crash loop (a rank killed at the same step in every cycle): NVRx's progress tracker, pointed by the plugin at
+  Megatron Bridge's iteration file, stops restarting after ``max_no_progress_cycles`` cycles; ft_launcher exits
+  with NVRx's no-restart code and the guard does not requeue: the job ends FAILED with that code;
+* a rank killed later in each cycle (progress every time) keeps being restarted until the job finishes;
+* a 2-node job on the multi-node cluster (one ft_launcher per node, c10d rendezvous): every process of the node
+  running rank 1 is SIGKILLed from outside (a node lost) -> requeued with that node excluded -> resumes on a
+  spare node; then rank 1 hangs there -> the step section timeout ends it -> requeued excluding that node too ->
+  finishes with the fault-free run's parameters.
+
+The faulty runs' final parameters must equal the fault-free run's, bit for bit.
 """
 
 from __future__ import annotations
 
+import os
+import re
+import signal
 import subprocess
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -41,14 +56,75 @@ def _ft(**overrides) -> dict:
     return settings
 
 
+def _job_processes(job_id: str, node_id: str) -> dict[int, str]:
+    """pid -> node name of every process of Slurm job ``job_id`` on its ``node_id``-th node (SLURM_NODEID), read
+    from /proc/<pid>/environ: the task processes and everything they started (launcher, monitors, ranks)."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            raw = Path(f"/proc/{entry}/environ").read_bytes()
+        except OSError:
+            continue
+        env = dict(item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+        if (
+            env.get(b"SLURM_JOB_ID") == job_id.encode()
+            and env.get(b"SLURM_NODEID") == node_id.encode()
+            and env.get(b"SLURM_STEP_ID", b"batch") not in (b"batch", b"extern")
+        ):
+            found[int(entry)] = env.get(b"SLURMD_NODENAME", b"?").decode()
+    return found
+
+
+def _kill_node_when(job, pattern: str, killed: dict, timeout: float = 400) -> None:
+    """Once the first attempt's log matches ``pattern``, SIGKILL every process of the job on its second node (the
+    one running rank 1): what a node that dies looks like to the job. Records the node name in ``killed``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        first = job.attempt_logs().get(0, "")
+        if re.search(pattern, first):
+            procs = _job_processes(job.job_id, "1")
+            for pid in procs:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            killed.update(node=sorted(set(procs.values())), pids=len(procs), at=time.time())
+            return
+        time.sleep(0.1)
+
+
 @pytest.fixture(scope="module")
 def jobs(local_slurm, tmp_path_factory):
     t0 = time.monotonic()
+    crash_loop = {"NRP_FAULT": "kill", "NRP_FAULT_REPEAT": "same"}
     specs = {
         "fault-free": dict(env={}, ft=_ft()),
         "in-job-restart": dict(env={"NRP_FAULT": "kill"}, ft=_ft()),
         "requeue": dict(env={"NRP_FAULT": "kill"}, ft=_ft(num_in_job_restarts=0)),
         "no-retry-left": dict(env={"NRP_FAULT": "kill"}, ft=_ft(num_in_job_restarts=0, num_job_retries_on_failure=0)),
+        # 3 restarts allowed, but the tracker stops after 2 cycles without a new checkpoint.
+        "crash-loop": dict(env=crash_loop, ft=_ft(num_in_job_restarts=3, max_no_progress_cycles=2)),
+        # Killed 8 steps after each resume: a new checkpoint every cycle; even a 1-cycle limit never stops it.
+        "progress-each-cycle": dict(
+            env={"NRP_FAULT": "kill", "NRP_FAULT_REPEAT": "after_resume", "NRP_FAULT_STEP": "8"},
+            ft=_ft(num_in_job_restarts=3, max_no_progress_cycles=1),
+        ),
+        # One rank per node on 2 of the cluster's nodes; the node of rank 1 is lost (killed from outside), then
+        # rank 1 hangs on the node it was moved to. No in-job restart: each failure is a requeue.
+        "two-nodes": dict(
+            # The cluster's nodes share one host (one address): NVRx's rendezvous would take the two launchers for
+            # a misconfiguration on one node unless told that this is a simulation of several nodes.
+            env={"NRP_FAULT": "hang@17", "NRP_STEP_TIME": "0.3", "NVRX_ENABLE_MULTI_LAUNCHERS_PER_NODE": "1"},
+            ft=_ft(
+                num_in_job_restarts=0,
+                num_job_retries_on_failure=3,
+                section_timeouts={"setup": 300, "step": 6, "checkpointing": 120},
+            ),
+            nodes=2,
+            ntasks_per_node=1,
+        ),
     }
     submitted = {}
     for name, spec in specs.items():
@@ -63,13 +139,21 @@ def jobs(local_slurm, tmp_path_factory):
             time_limit="00:10:00",
             env=env,
             ft=spec["ft"],
+            nodes=spec.get("nodes", 1),
+            ntasks_per_node=spec.get("ntasks_per_node", 2),
         )
         submitted[name] = (job, save)
-    results = {}
-    for name, (job, save) in submitted.items():
-        res = local_slurm.wait(job.job_id, timeout=600)
-        results[name] = (job, save, res)
-    print(f"\nFT Slurm jobs: {time.monotonic() - t0:.0f} s for all four")
+    killed: dict = {}
+    killer = threading.Thread(
+        target=_kill_node_when, args=(submitted["two-nodes"][0], r"CHECKPOINT saved step=10\b", killed), daemon=True
+    )
+    killer.start()
+    with ThreadPoolExecutor(len(submitted)) as pool:  # each wait lifts its own job's requeue hold
+        waits = {name: pool.submit(local_slurm.wait, job.job_id, timeout=600) for name, (job, _) in submitted.items()}
+        results = {name: (*submitted[name], waits[name].result()) for name in submitted}
+    killer.join(timeout=5)
+    results["two-nodes-killed"] = killed
+    print(f"\nFT Slurm jobs: {time.monotonic() - t0:.0f} s for all {len(submitted)}; node killed: {killed}")
     return results
 
 
@@ -145,7 +229,8 @@ def _ft_template_script(tmp_path, guard: bool) -> str:
     text = re.sub(r"srun --output .*? ft_launcher .*", "srun true", sbatch_script(job))
     assert "srun true" in text and "is_training_finished" in text
     if not guard:
-        text = re.sub(r"# nemo-resiliency-plugins: requeue guard.*?\n}\n", "", text, flags=re.S)
+        guard_block = r"# nemo-resiliency-plugins: requeue guard.*?\n  \$NRP_SCONTROL \"\$@\"\n}\n"
+        text = re.sub(guard_block, "", text, flags=re.S)
         assert "scontrol() {" not in text
     results = re.search(r'JOB_RESULTS_FILE="([^"]+)"', text).group(1)
     Path(results).parent.mkdir(parents=True, exist_ok=True)
@@ -189,3 +274,66 @@ def test_job_out_of_retries_ends_failed_not_completed(jobs):
     assert "FINISHED step=" not in logs
     results = next(job.task_dir().glob("*_job_results")).read_text().split()
     assert results == [job.job_id, "0", "F"], results
+
+
+# ------------------------------------------------------------------ issue 18: crash loops, progress, lost nodes
+
+
+def test_crash_loop_stops_with_no_restart_code_and_is_not_requeued(jobs):
+    job, save, res = jobs["crash-loop"]
+    logs = job.logs()
+    # NVRx's progress tracker read Megatron Bridge's iteration file (10 after the first cycle, never more).
+    assert (save / "latest_checkpointed_iteration.txt").read_text() == "10"
+    assert "made NO progress" in logs and "Consecutive cycles without progress: 2/2" in logs, logs[-6000:]
+    assert logs.count(f"FAULT_INJECTED kind=kill step={FAULT_STEP} rank=1") == 3  # cycles 0, 1, 2 of 4 allowed
+    # ft_launcher exited with NVRx's no-restart code; the guard did not requeue; Slurm says FAILED with it.
+    assert "no-restart code 93" in logs and "not requeued, the job ends FAILED" in logs, logs[-4000:]
+    assert (res.state, res.exit_code, res.restarts) == ("FAILED", 93, 0), res.record
+    assert "] FINISHED step=" not in logs
+
+
+def test_progress_in_every_cycle_keeps_the_job_restarting_until_it_finishes(jobs):
+    baseline = finished_hash(jobs["fault-free"][0].logs())
+    job, save, res = jobs["progress-each-cycle"]
+    logs = job.logs()
+    assert (res.state, res.exit_code, res.restarts) == ("COMPLETED", 0, 0), (res.record, logs[-6000:])
+    # Killed at 8, 13, 18 (8 steps after resuming from 0, 5, 10); each cycle left a newer checkpoint.
+    for step in (8, 13, 18):
+        assert f"FAULT_INJECTED kind=kill step={step} rank=1" in logs, logs[-6000:]
+    assert len(re.findall(r"Training cycle #\d+ made progress", logs)) >= 3, logs[-6000:]
+    assert "made NO progress" not in logs
+    assert finished_hash(logs) == baseline
+
+
+def test_two_node_job_leaves_a_lost_node_and_a_hung_node_behind(jobs):
+    baseline = finished_hash(jobs["fault-free"][0].logs())
+    job, save, res = jobs["two-nodes"]
+    killed = jobs["two-nodes-killed"]
+    logs = job.logs()
+    attempts = job.attempt_logs()
+    assert killed.get("pids", 0) > 0 and len(killed["node"]) == 1, killed
+    lost = killed["node"][0]
+    assert (res.state, res.exit_code) == ("COMPLETED", 0), (res.record, logs[-8000:])
+    assert res.restarts == 2, res.record
+    # Run 0: the lost node is named by srun and excluded from the requeued job.
+    assert f"node {lost} failed first (srun: error: {lost}: task 1:" in logs, logs[-8000:]
+    # Run 1 ran on the spare node, resumed, and rank 1 hung there: the step section timeout ended it.
+    hung = re.search(r"node (\S+) failed first \(srun: error: \S+: task 1: Exited", logs)
+    assert hung and hung.group(1) != lost, logs[-8000:]
+    assert "RESUMED from step 10 (iter_0000010.pt)" in attempts[1], attempts[1][-6000:]
+    assert "FAULT_INJECTED kind=hang step=17 rank=1" in attempts[1]
+    assert re.search(r"Section 'step' has been open for [\d.]+ seconds", attempts[1]), attempts[1][-6000:]
+    # Run 2 excluded both nodes, resumed from the last checkpoint and matched the fault-free run.
+    assert re.search(r"the requeued job excludes \S*", logs)
+    assert "RESUMED from step 15 (iter_0000015.pt)" in attempts[2], attempts[2][-6000:]
+    assert finished_hash(attempts[2]) == baseline
+    rec = res.record
+    if "ExcNodeList" in rec:  # the live record (scontrol, kept MinJobAge s); the jobcomp line has no such field
+        excluded = subprocess.run(
+            ["scontrol", "show", "hostnames", rec["ExcNodeList"]], capture_output=True, text=True
+        ).stdout.split()
+        assert sorted(excluded) == sorted({lost, hung.group(1)}), rec
+        ran_on = subprocess.run(
+            ["scontrol", "show", "hostnames", rec.get("NodeList", "")], capture_output=True, text=True
+        ).stdout.split()
+        assert not set(ran_on) & {lost, hung.group(1)}, rec

@@ -64,8 +64,11 @@ def _ft_launcher() -> list[str]:
     return [exe] if exe else [sys.executable, "-m", "nvidia_resiliency_ext.fault_tolerance.launcher"]
 
 
-def _workload(save: Path, *overrides: str) -> list[str]:
-    return ["-m", "nemo_resiliency_plugins.testing.workload", f"checkpoint.save={save}", *overrides]
+def _workload(save: Path, *overrides: str, load: bool = True) -> list[str]:
+    """The workload saving into ``save``; it resumes from there too (``checkpoint.load``) unless ``load=False``:
+    Megatron Bridge 0.6.2, and so the workload, resume only from ``checkpoint.load``."""
+    resume = [f"checkpoint.load={save}"] if load else []
+    return ["-m", "nemo_resiliency_plugins.testing.workload", f"checkpoint.save={save}", *resume, *overrides]
 
 
 def _finished(output: str) -> tuple[int, str]:
@@ -227,6 +230,24 @@ def test_single_rank_plain_python_finishes(tmp_path):
     assert proc.returncode == 0, _tail(proc)
     assert "[rank0] START rank=0 world=1 restart=0" in proc.stdout
     assert _finished(proc.stdout)[0] == 8
+    assert (tmp_path / "latest_checkpointed_iteration.txt").read_text() == "8"  # as Megatron Bridge writes it
+
+
+@pytest.mark.slow
+def test_save_without_load_trains_from_scratch_as_megatron_bridge_does(tmp_path):
+    """The trap the plugins close: a run that names only checkpoint.save ignores the checkpoints already there,
+    exactly as Megatron Bridge 0.6.2's _should_load_checkpoint does (it reads checkpoint.load alone). The
+    resuming runs of this file (and every plugin, which wires checkpoint.load) name both."""
+    first = _run("python-1rank-save-and-load", [sys.executable, *_workload(tmp_path, "train.train_iters=6")], _env())
+    assert first.returncode == 0, _tail(first)
+    assert (tmp_path / "iter_0000005.pt").exists()
+    again = _run(
+        "python-1rank-save-only",
+        [sys.executable, *_workload(tmp_path, "train.train_iters=7", load=False)],
+        _env(),
+    )
+    assert again.returncode == 0, _tail(again)
+    assert "STARTING from scratch" in again.stdout and "RESUMED" not in again.stdout
 
 
 @pytest.mark.slow

@@ -58,3 +58,37 @@ def test_other_ranks_never_inject(tmp_path):
     injector = FaultInjector(FaultSpec.from_env({"NRP_FAULT": "raise@1"}), rank=0, world=2, save_dir=str(tmp_path))
     injector.maybe_inject(1)
     assert not (tmp_path / FAULT_MARKER).exists()
+
+
+def test_a_repeated_fault_hits_the_same_step_in_every_attempt(tmp_path):
+    spec = FaultSpec.from_env({"NRP_FAULT": "raise", "NRP_FAULT_STEP": "13", "NRP_FAULT_REPEAT": "same"})
+    for first in (0, 10, 10):  # cycle 0 starts at 0, every later one resumes from 10
+        injector = FaultInjector(spec, rank=1, world=2, save_dir=str(tmp_path))
+        for step in range(first, 13):
+            injector.maybe_inject(step)
+        with pytest.raises(RuntimeError, match="step 13"):
+            injector.maybe_inject(13)
+    assert not (tmp_path / FAULT_MARKER).exists()
+
+
+def test_a_fault_after_resume_moves_with_the_resumed_step(tmp_path):
+    spec = FaultSpec.from_env({"NRP_FAULT": "raise", "NRP_FAULT_STEP": "8", "NRP_FAULT_REPEAT": "after_resume"})
+    for first in (0, 5, 10):
+        injector = FaultInjector(spec, rank=1, world=2, save_dir=str(tmp_path))
+        for step in range(first, first + 8):
+            injector.maybe_inject(step)
+        with pytest.raises(RuntimeError, match=f"step {first + 8}"):
+            injector.maybe_inject(first + 8)
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"NRP_FAULT": "kill", "NRP_FAULT_REPEAT": "always"},
+        {"NRP_FAULT": "slow", "NRP_FAULT_REPEAT": "same"},
+        {"NRP_FAULT": "kill@3,hang@5", "NRP_FAULT_REPEAT": "same"},
+    ],
+)
+def test_a_repeat_mode_is_checked(env):
+    with pytest.raises(ValueError, match="NRP_FAULT_REPEAT"):
+        FaultSpec.from_env(env)

@@ -31,8 +31,16 @@ HANDLER_ARGS = [
 ]
 
 
-def script(*args):
-    return run.Script(path=MODULE, m=True, entrypoint="python", args=list(args))
+def script(*args, save: bool = True):
+    """The workload as a run.Script; it shows a checkpoint directory unless ``save=False`` (PreemptionPlugin needs
+    one: its save at the signal is what the next run resumes from)."""
+    shown = any(a.startswith("checkpoint.save=") for a in args)
+    return run.Script(
+        path=MODULE,
+        m=True,
+        entrypoint="python",
+        args=[*(() if shown or not save else ("checkpoint.save=/tmp/ck",)), *args],
+    )
 
 
 def slurm(tmp_path, **kw):
@@ -119,7 +127,8 @@ def test_exit_signal_by_name_or_enum(name, number, slurm_name):
 def test_slurm_gets_signal_field_sbatch_line_and_exit_handler_overrides(tmp_path):
     job = add_job(script("checkpoint.save=/tmp/ck"), slurm(tmp_path), [PreemptionPlugin(preempt_time=120)])
     assert job.executor.signal == "B:TERM@120"
-    assert job.task.args == ["checkpoint.save=/tmp/ck", *HANDLER_ARGS]
+    # checkpoint.load is wired to the save directory: Megatron Bridge resumes only from checkpoint.load.
+    assert job.task.args == ["checkpoint.save=/tmp/ck", "checkpoint.load=/tmp/ck", *HANDLER_ARGS]
     text = sbatch_script(job)
     assert "#SBATCH --signal=B:TERM@120" in text
     # The batch shell forwards the signal to the step's task processes only, with srun waited for in the
@@ -136,7 +145,7 @@ def test_other_signal_reaches_both_slurm_and_the_config(tmp_path):
 
 
 def test_exit_handler_off_sets_only_the_slurm_signal(tmp_path):
-    job = add_job(script("a=1"), slurm(tmp_path), [PreemptionPlugin(enable_exit_handler=False)])
+    job = add_job(script("a=1", save=False), slurm(tmp_path), [PreemptionPlugin(enable_exit_handler=False)])
     assert job.executor.signal == "B:TERM@60"
     assert job.task.args == ["a=1"]
 
@@ -187,7 +196,7 @@ def test_with_fault_tolerance_the_ft_template_and_requeue_guard_are_in_the_scrip
 def test_local_executor_keeps_the_exit_handler_and_gets_no_slurm_field():
     executor = run.LocalExecutor(ntasks_per_node=2)
     job = add_job(script(), executor, [PreemptionPlugin()])
-    assert job.task.args == HANDLER_ARGS
+    assert job.task.args == ["checkpoint.save=/tmp/ck", "checkpoint.load=/tmp/ck", *HANDLER_ARGS]
     assert not hasattr(job.executor, "signal")
     assert job.executor.env_vars == {}
 
@@ -203,7 +212,7 @@ def _convert(args: PreemptionPluginScriptArgs) -> list[str]:
 
 def test_converter_receives_script_args():
     _SEEN.clear()
-    job = add_job(script(), run.LocalExecutor(), [PreemptionPlugin(script_args_converter_fn=_convert)])
+    job = add_job(script(save=False), run.LocalExecutor(), [PreemptionPlugin(script_args_converter_fn=_convert)])
     assert job.task.args == ["--exit-on", "SIGTERM"]
     assert _SEEN[0].enable_exit_handler is True and _SEEN[0].enable_exit_handler_for_data_loader is False
 
