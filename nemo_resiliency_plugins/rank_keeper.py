@@ -39,7 +39,7 @@ import subprocess
 import sys
 from typing import Any
 
-__all__ = ["FORWARDED_SIGNALS", "KEEPER_MODULE", "MODULE_ENV", "SCRIPT_ENV", "install", "main"]
+__all__ = ["FORWARDED_SIGNALS", "KEEPER_MODULE", "MODULE_ENV", "SCRIPT_ENV", "STOP_SIGNALS", "install", "main"]
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +53,7 @@ _SCRIPT_PATH = re.compile(r"[A-Za-z0-9_./-]+\.py")
 
 # Signals a launcher sends its workers (stop, NVRx ft_launcher's rank-termination signal, Slurm's warning).
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 def _say(message: str) -> None:
@@ -75,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     forwarded: list[int] = []
 
     def forward(signum: int, _frame) -> None:
-        forwarded.append(signum)
+        if signum in STOP_SIGNALS:  # SIGUSR1/2 (e.g. Slurm's warning) are passed on, but do not stop the keeper
+            forwarded.append(signum)
         try:
             child.send_signal(signum)
         except ProcessLookupError:
