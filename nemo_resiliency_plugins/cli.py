@@ -5,6 +5,7 @@
     nemo-resiliency explain local-smoke --executor slurm
     nemo-resiliency doctor local-smoke --executor local
     nemo-resiliency doctor ~/.nemo_run/experiments/my-exp/my-exp_1712345678
+    nemo-resiliency plan --gpus 16384 --step-time 6 --save-time 60 --failure-profile llama3
 
 Every command takes ``--json`` for CI. ``explain`` and ``doctor`` launch nothing: they use NeMo-Run's own
 ``Experiment.add`` and dry run.
@@ -199,7 +200,12 @@ def show(name: str, json_out: bool = typer.Option(False, "--json")) -> None:
 @_guarded("explain")
 def explain(
     name: str,
-    executor: str = typer.Option("local", "--executor", "-e", help="local | slurm | docker"),
+    executor: str = typer.Option(
+        "local",
+        "--executor",
+        "-e",
+        help="local | slurm | docker | dgx-cloud | lepton | skypilot | skypilot-jobs | kubeflow",
+    ),
     script: str = typer.Option(None, "--script", help="Your training script (run.Script, Hydra overrides)."),
     partial: bool = typer.Option(False, "--partial", help="Explain a run.Partial(pretrain, config=...) task."),
     nodes: int = typer.Option(1, "--nodes"),
@@ -245,6 +251,8 @@ def explain(
     for note in result.notes:
         console.print(f"note: {note}", markup=False, highlight=False, style="yellow")
     _print_chain(chain)
+    for line in result.known_bugs:  # known_bugs.py: Megatron Bridge bugs on this job's path
+        console.print(f"known Megatron Bridge bug: {line}", markup=False)
     cfg_path = result.env.get("PET_FT_CFG_PATH")
     # Files and scripts are written verbatim (rich would hard-wrap them at the console width when stdout is
     # not a terminal, and a wrapped sbatch script is not valid bash).
@@ -277,7 +285,9 @@ def _print_chain(chain: list) -> None:
 @_guarded("doctor")
 def doctor(
     target: str = typer.Argument(..., help="An experiment directory NeMo-Run saved, or a recipe name."),
-    executor: str = typer.Option("local", "--executor", "-e", help="With a recipe name: local | slurm"),
+    executor: str = typer.Option(
+        "local", "--executor", "-e", help="With a recipe name: one of the executors of `explain --executor`"
+    ),
     checkpoint_dir: str = typer.Option(None, "--checkpoint-dir", help="Where ft_state.json is (else from the task)."),
     step_time: float = typer.Option(None, "--step-time"),
     save_time: float = typer.Option(None, "--save-time"),
@@ -295,12 +305,13 @@ def doctor(
             jobs = doc.jobs_from_experiment_dir(target)
         else:
             recipe = _recipe(target)
-            from nemo_resiliency_plugins.explain import make_executor, make_task
+            from nemo_resiliency_plugins.explain import EXECUTOR_KINDS, make_executor, make_task
 
-            _executor_kind(executor, ("local", "slurm"))
+            _executor_kind(executor, EXECUTOR_KINDS)
             plugins = recipe.build()
+            exe = make_executor(executor)  # an executor NeMo-Run cannot build here is a usage error, not a finding
             try:
-                jobs = [(*_applied(make_task(), make_executor(executor), plugins), plugins)]
+                jobs = [(*_applied(make_task(), exe, plugins), plugins)]
             except ResiliencyConfigError as err:
                 # A plugin refused this job (e.g. ft_launcher not on this host's PATH): a finding, not a crash.
                 jobs = []
@@ -500,6 +511,74 @@ def plugins_for(target: str, overrides: dict[str, dict[str, Any]] | None = None)
         return lambda: list(plugins)
     recipe = _recipe(target)
     return lambda: recipe.build(**(overrides or {}))
+
+
+@app.command()
+@_guarded("plan")
+def plan(
+    gpus: int = typer.Option(..., "--gpus", help="GPUs the run trains on."),
+    step_time: float = typer.Option(..., "--step-time", help="Seconds one training step takes."),
+    save_time: float = typer.Option(..., "--save-time", help="Seconds one persistent checkpoint save takes."),
+    async_save: bool = typer.Option(False, "--async-save", help="Saves are async (training waits ~one step)."),
+    local_save_time: float = typer.Option(None, "--local-save-time", help="Seconds one local checkpoint takes."),
+    restart_time: float = typer.Option(None, "--restart-time", help="Seconds from a restart to training again."),
+    failure_rate: str = typer.Option(None, "--failure-rate", help="Faults per GPU-hour, or class=rate,..."),
+    failure_profile: str = typer.Option(None, "--failure-profile", help="A published profile: llama3 (default)."),
+    plugins: str = typer.Option(None, "--plugins", help="A recipe name or a saved experiment directory."),
+    save_interval: float = typer.Option(None, "--save-interval", help="Your seconds of training between saves."),
+    days: float = typer.Option(30.0, "--days", help="Length of the run in days."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the simulation."),
+    json_out: bool = typer.Option(False, "--json"),
+    plot: str = typer.Option(None, "--plot", help="Write goodput vs save interval as a PNG (needs matplotlib)."),
+) -> None:
+    """What to set for a run of N GPUs, and the goodput (useful training / wall time) it will get."""
+    from nemo_resiliency_plugins.planning import RunParams, parse_failure_rate
+    from nemo_resiliency_plugins.planning import plan as do_plan
+    from nemo_resiliency_plugins.planning.failures import PROFILES
+    from nemo_resiliency_plugins.planning.mechanisms import from_plugins, our_defaults
+    from nemo_resiliency_plugins.planning.recovery import DEFAULT_RESTART_S
+    from nemo_resiliency_plugins.planning.report import print_report, stated_defaults, write_plot
+
+    _positive("--gpus", gpus, integer=True)
+    _positive("--step-time", step_time)
+    _positive("--save-time", save_time)
+    _positive("--local-save-time", local_save_time)
+    _positive("--restart-time", restart_time)
+    _positive("--save-interval", save_interval)
+    _positive("--days", days)
+    if days > 3650:
+        raise UsageError(f"--days {days!r}: expected at most 3650 (ten years)")
+    if failure_rate is not None and failure_profile is not None:
+        raise UsageError("--failure-rate and --failure-profile: give one of them")
+    if failure_profile is not None and failure_profile not in PROFILES:
+        raise UsageError(f"--failure-profile {failure_profile!r}: expected one of {', '.join(PROFILES)}")
+    if plot is not None and not plot.endswith(".png"):
+        raise UsageError(f"--plot {plot!r}: expected a file name ending in .png")
+    if plot is not None and not os.path.isdir(os.path.dirname(os.path.abspath(plot))):
+        raise UsageError(f"--plot {plot!r}: its directory does not exist")
+    failures = parse_failure_rate(failure_rate) if failure_rate is not None else PROFILES[failure_profile or "llama3"]()
+    params = RunParams(
+        gpus=gpus,
+        step_time_s=step_time,
+        save_time_s=save_time,
+        days=days,
+        async_save=async_save,
+        local_save_time_s=local_save_time,
+        restart_s=DEFAULT_RESTART_S if restart_time is None else restart_time,
+    )
+    if plugins is None:
+        yours, source = our_defaults(params), "slurm-pretraining (default; pass --plugins)"
+    else:
+        yours, source = from_plugins(plugins_for(plugins)(), params), plugins
+    stated = stated_defaults(restart_given=restart_time is not None, async_save=async_save)
+    report = do_plan(
+        params, failures, yours, plugins_from=source, save_interval_s=save_interval, seed=seed, stated_defaults=stated
+    )
+    png = write_plot(report, plot) if plot else None
+    if json_out:
+        _emit_json(report.to_json() | {"plot": png})
+        return
+    print_report(console, report, png)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 import nemo_run as run
 from nemo_run.core.execution.launcher import FaultTolerance, Torchrun
 
-from nemo_resiliency_plugins import nvrx_launcher
+from nemo_resiliency_plugins import known_bugs, nvrx_launcher
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
 from nemo_resiliency_plugins.hydra_overrides import OverrideSyntaxError, find_overrides
 from nemo_resiliency_plugins.timeout_chain import timeout_chain
@@ -73,6 +73,11 @@ def _ft_cfg(executor: Any) -> tuple[str | None, dict | None, str | None]:
     path = executor.env_vars.get(nvrx_launcher.CONFIG_PATH_ENV)
     if not path:
         return None, None, None
+    carried = getattr(executor.launcher, "fault_tolerance", None)
+    if isinstance(carried, dict) and carried:
+        # Off Local and Slurm the mapping rides in the launcher, and NeMo-Run writes it to the file ft_launcher
+        # reads (<job_dir>/configs/<job>_executor.yaml): what the launcher carries is what NVRx gets.
+        return path, carried, None
     try:
         import yaml
 
@@ -187,25 +192,15 @@ def check_job(
         else:
             checks.append(Check("no heartbeat timeouts on a section-based job", "pass", "none passed"))
 
-        # 3. GROUP_RANK off Slurm.
-        if slurm:
-            checks.append(Check("GROUP_RANK off Slurm", "n/a", "Slurm: the infrastructure rank is SLURM_PROCID"))
-        else:
-            checks.append(
-                _check(
-                    "GROUP_RANK off Slurm",
-                    executor.env_vars.get("GROUP_RANK") is not None,
-                    f"GROUP_RANK={executor.env_vars.get('GROUP_RANK')}",
-                    warn_only=True,
-                )
-            )
+        # 3. One infrastructure rank per node (NVRx refuses duplicates).
+        checks.append(_infra_rank_check(executor))
 
         # 4. Flag compatibility and the zero-restarts trap.
         checks.extend(_flag_checks(task, executor))
         checks.extend(_progress_checks(executor, path, cfg, slurm))
 
         # 5. ft_launcher resolvable where the job runs here.
-        if isinstance(executor, run.LocalExecutor):
+        if _runs_here(executor):
             paths = [str(executor.env_vars.get("PATH", "")), os.environ.get("PATH", "")]
             where = shutil.which("ft_launcher", path=os.pathsep.join(p for p in paths if p))
             checks.append(
@@ -232,6 +227,10 @@ def check_job(
     nccl = _nccl_timeout_s(task)
     for link in timeout_chain(plugins, executor, step_time_s=step_time_s, save_time_s=save_time_s, nccl_timeout_s=nccl):
         checks.append(Check(f"timeouts: {link.name}", {True: "pass", False: "FAIL", None: "n/a"}[link.ok], link.detail))
+
+    # 9. Known Megatron Bridge bugs on this job's path, judged from the Megatron Bridge installed here.
+    for finding in known_bugs.findings(task):
+        checks.append(Check(f"known bug {finding.bug.ref}", finding.verdict, finding.line))
     return checks
 
 
@@ -268,7 +267,8 @@ def _resume_check(task: Any) -> Check:
 
 def _progress_checks(executor: Any, path: str | None, cfg: dict | None, slurm: bool) -> list[Check]:
     """NVRx's progress tracker needs the iteration file; on Slurm the guard must not requeue its stop."""
-    text = "\n".join(f"{k}: {v}" for k, v in (cfg or {}).items()) if cfg is not None else (executor.setup_lines or "")
+    setup_lines = getattr(executor, "setup_lines", None) or ""  # only a SlurmExecutor has them
+    text = "\n".join(f"{k}: {v}" for k, v in cfg.items()) if cfg is not None else setup_lines
     cycles = re.search(r"max_no_progress_cycles: (-?\d+)", text)
     iteration = re.search(r"checkpoint_iteration_file: (.+)", text)
     checks = []
@@ -292,7 +292,7 @@ def _progress_checks(executor: Any, path: str | None, cfg: dict | None, slurm: b
         checks.append(
             _check(
                 "NVRx's no-restart exit is not requeued",
-                bool(env.get("NRP_NO_RESTART_EXIT_CODE")) and "nrp_exclude_failed_node" in (executor.setup_lines or ""),
+                bool(env.get("NRP_NO_RESTART_EXIT_CODE")) and "nrp_exclude_failed_node" in setup_lines,
                 f"exit code {env.get('NRP_NO_RESTART_EXIT_CODE')} ends the job FAILED"
                 if env.get("NRP_NO_RESTART_EXIT_CODE")
                 else "the requeue guard does not know NVRx's no-restart code: the job is requeued after NVRx said stop",
@@ -310,6 +310,41 @@ def _progress_checks(executor: Any, path: str | None, cfg: dict | None, slurm: b
             )
         )
     return checks
+
+
+def _runs_here(executor: Any) -> bool:
+    from nemo_resiliency_plugins.executors import for_executor
+
+    try:
+        return for_executor(executor).runs_here
+    except ResiliencyConfigError:
+        return False
+
+
+def _infra_rank_check(executor: Any) -> Check:
+    """NVRx takes each node's infrastructure rank from SLURM_PROCID, else GROUP_RANK, else assigns one; two
+    nodes with the same rank fail its rendezvous ("Duplicate infrastructure ranks detected")."""
+    from nemo_resiliency_plugins.executors import for_executor
+
+    name = "GROUP_RANK off Slurm"
+    try:
+        rules = for_executor(executor)
+    except ResiliencyConfigError as err:
+        return Check(name, "FAIL", str(err))
+    value = executor.env_vars.get("GROUP_RANK")
+    if rules.infra_rank_env:
+        return Check(name, "n/a", f"{rules.label}: the infrastructure rank is {rules.infra_rank_env}")
+    if rules.sets_group_rank:
+        return Check(name, "pass", f"{rules.label}'s launch script exports GROUP_RANK per node")
+    if rules.nodes() > 1:
+        return _check(
+            name,
+            value is None,
+            "unset on several nodes: NVRx assigns each node its own rank"
+            if value is None
+            else f"GROUP_RANK={value} on every one of {rules.nodes()} nodes: NVRx fails with duplicate ranks",
+        )
+    return _check(name, value is not None, f"GROUP_RANK={value}", warn_only=True)
 
 
 def _nccl_timeout_s(task: Any) -> float | None:

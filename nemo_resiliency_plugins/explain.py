@@ -18,7 +18,11 @@ from typing import Any
 import fiddle as fdl
 import nemo_run as run
 
-EXECUTOR_KINDS = ("local", "slurm", "docker")
+from nemo_resiliency_plugins import known_bugs
+
+EXECUTOR_KINDS = ("local", "slurm", "docker", "dgx-cloud", "lepton", "skypilot", "skypilot-jobs", "kubeflow")
+#: Kinds NeMo-Run can build only with its extras installed (``nemo_run[skypilot]``, ``nemo_run[kubeflow]``).
+EXTRA_EXECUTOR_KINDS = ("skypilot", "skypilot-jobs", "kubeflow")
 
 
 @dataclass
@@ -39,6 +43,7 @@ class Explanation:
     launcher: str
     #: the warnings plugins logged while setting the job up (what they could not check or wire)
     notes: list[str] = field(default_factory=list)
+    known_bugs: list[str] = field(default_factory=list)  # one line per known Megatron Bridge bug on the path
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -78,7 +83,68 @@ def make_executor(
         )
     if kind == "docker":
         return run.DockerExecutor(container_image="nvcr.io/nvidia/nemo:latest", num_gpus=ntasks_per_node)
+    image = "nvcr.io/nvidia/nemo:latest"
+    if kind == "dgx-cloud":
+        return run.DGXCloudExecutor(
+            base_url="https://your-dgx-cloud/api/v1",
+            kube_apiserver_url="https://your-kube-apiserver",
+            client_id="your_client_id",
+            client_secret="your_client_secret",
+            project_name="your_project",
+            container_image=image,
+            pvc_nemo_run_dir="/your-pvc/nemo_run",
+            pvcs=[{"name": "workspace", "path": "/your-pvc", "claimName": "your-pvc"}],
+            nodes=nodes,
+            gpus_per_node=ntasks_per_node,
+            nprocs_per_node=ntasks_per_node,
+            packager=run.Packager(),
+        )
+    if kind == "lepton":
+        return run.LeptonExecutor(
+            container_image=image,
+            nemo_run_dir="/your-storage/nemo_run",
+            nodes=nodes,
+            gpus_per_node=ntasks_per_node,
+            nprocs_per_node=ntasks_per_node,
+            node_group="your_node_group",
+            mounts=[{"path": "/your-storage", "mount_path": "/your-storage"}],
+            packager=run.Packager(),
+        )
+    if kind in ("skypilot", "skypilot-jobs", "kubeflow"):
+        return _optional_executor(kind, nodes=nodes, ntasks_per_node=ntasks_per_node, image=image)
     raise ValueError(f"executor kind {kind!r}: expected one of {', '.join(EXECUTOR_KINDS)}")
+
+
+def _optional_executor(kind: str, *, nodes: int, ntasks_per_node: int, image: str) -> Any:
+    """SkyPilot and Kubeflow executors need NeMo-Run's extras (and Kubeflow a kubeconfig) to be built at all."""
+    from nemo_resiliency_plugins.errors import ResiliencyConfigError
+
+    extra = "kubeflow" if kind == "kubeflow" else "skypilot"
+    try:
+        if kind == "kubeflow":
+            return run.KubeflowExecutor(
+                image=image,
+                num_nodes=nodes,
+                gpus_per_node=ntasks_per_node,
+                workdir_pvc="your-workdir-pvc",
+                packager=run.Packager(),
+            )
+        cls = run.SkypilotExecutor if kind == "skypilot" else run.SkypilotJobsExecutor
+        return cls(gpus="H100", gpus_per_node=ntasks_per_node, num_nodes=nodes)
+    except (ImportError, AssertionError) as err:
+        raise ResiliencyConfigError(
+            "nemo-resiliency",
+            "--executor",
+            kind,
+            detail=f"NeMo-Run cannot build this executor here ({err}); pip install 'nemo_run[{extra}]'",
+        ) from None
+    except Exception as err:  # Kubeflow: no kubeconfig on this machine
+        raise ResiliencyConfigError(
+            "nemo-resiliency",
+            "--executor",
+            kind,
+            detail=f"NeMo-Run's KubeflowExecutor loads a kubeconfig when it is built and failed: {err}",
+        ) from None
 
 
 def make_task(script: str | None = None, partial: bool = False) -> Any:
@@ -139,8 +205,9 @@ def _explain(recorders, plugins, task, executor, *, executor_kind: str, name: st
         command = _command_text(info)
         launcher = repr(job.executor.get_launcher()) if job.executor.launcher else "none (plain command)"
         env = {k: str(v) for k, v in job.executor.env_vars.items()}
+        bugs = [f"{f.verdict}: {f.line}" for f in known_bugs.findings(job.task)]
     effects = [e for r in recorders for e in r.effects]
-    return Explanation(executor_kind, _task_kind(task), effects, command, env, launcher)
+    return Explanation(executor_kind, _task_kind(task), effects, command, env, launcher, known_bugs=bugs)
 
 
 def _command_text(info: Any) -> str:

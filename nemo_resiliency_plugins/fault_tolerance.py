@@ -28,6 +28,7 @@ import nemo_run as run
 
 from nemo_resiliency_plugins import autoresume, executor_config, nvrx_launcher, task_config
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
+from nemo_resiliency_plugins.known_bugs import guard_known_bugs
 from nemo_resiliency_plugins.validation import Checker
 
 logger = logging.getLogger(__name__)
@@ -59,7 +60,9 @@ class FaultTolerancePlugin(run.Plugin):
             0 means no restart (NeMo-Run drops a 0 flag; ``PET_MAX_RESTARTS`` carries it).
         num_job_retries_on_failure: ``executor.retries``: new Slurm jobs (requeues) after a failed one.
             An executor ``retries`` of 0 is NeMo-Run's default and cannot be told from "not set": it is
-            replaced by this value; use ``num_job_retries_on_failure=0`` for no retries.
+            replaced by this value; use ``num_job_retries_on_failure=0`` for no retries. Set only where the
+            executor honours it (Slurm, Local): elsewhere the default is left out with a logged note and
+            another value is an error (on Docker, retries stop the container from being created).
         initial_rank_heartbeat_timeout / rank_heartbeat_timeout: heartbeat timeouts, passed to the
             launcher only with ``workload_style="heartbeats"`` (see the module docstring for why).
         script_args_converter_fn: for ``run.Script`` tasks whose script does not take Hydra overrides;
@@ -207,6 +210,7 @@ class FaultTolerancePlugin(run.Plugin):
             script_args=self.script_args(),
             script_args_converter_fn=self.script_args_converter_fn,
         )
+        guard_known_bugs(task, plugin=name)  # Megatron-Bridge#5711 (known_bugs.py)
         heartbeats = self.workload_style == "heartbeats"
         launcher_settings: dict[str, Any] = dict(
             workload_check_interval=self.workload_check_interval,
@@ -231,7 +235,11 @@ class FaultTolerancePlugin(run.Plugin):
             must_stay_unset=no_heartbeats,
         )
         executor_config.set_retries(
-            executor, self.num_job_retries_on_failure, plugin=name, field="num_job_retries_on_failure"
+            executor,
+            self.num_job_retries_on_failure,
+            plugin=name,
+            field="num_job_retries_on_failure",
+            default=type(self).__dataclass_fields__["num_job_retries_on_failure"].default,
         )
         # NeMo-Run's ft_launcher sbatch template would requeue a finished job forever (no finished flag).
         executor_config.guard_ft_requeue(executor, plugin=name)
@@ -244,7 +252,7 @@ class FaultTolerancePlugin(run.Plugin):
             plugin=name,
             **launcher_settings,
         )
-        path = executor_config.deliver_file(executor, "ft_launcher.yaml", content, plugin=name)
+        path = executor_config.deliver_ft_config(executor, "ft_launcher.yaml", content, plugin=name)
         executor_config.set_env(task, executor, nvrx_launcher.CONFIG_PATH_ENV, path, plugin=name)
         executor_config.set_env(
             task,
@@ -254,9 +262,8 @@ class FaultTolerancePlugin(run.Plugin):
             plugin=name,
             field="num_in_job_restarts",
         )
-        if not executor_config.is_slurm(executor):
-            # Off Slurm, NVRx derives the node's infrastructure rank from GROUP_RANK.
-            executor_config.set_env(task, executor, "GROUP_RANK", "0", plugin=name)
+        # NVRx's infrastructure rank: GROUP_RANK=0 on one node, never one value shared by several.
+        executor_config.set_infrastructure_rank(task, executor, plugin=name)
         executor_config.require_program(
             task,
             executor,

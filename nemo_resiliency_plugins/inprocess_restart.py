@@ -44,6 +44,7 @@ import nemo_run as run
 
 from nemo_resiliency_plugins import autoresume, executor_config, rank_keeper, task_config
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
+from nemo_resiliency_plugins.known_bugs import guard_known_bugs
 from nemo_resiliency_plugins.validation import Checker, is_finite_number
 
 logger = logging.getLogger(__name__)
@@ -213,6 +214,7 @@ class InProcessRestartPlugin(run.Plugin):
         self._check_monitor_logdir(task, executor, name)
         autoresume.ensure_autoresume(task, plugin=name, why="in-process restarts (and a launcher restart after them)")
         task_config.set_config_fields(task, "inprocess_restart", self.config_values(), plugin=name)
+        guard_known_bugs(task, plugin=name)  # Megatron-Bridge#5761, #5187 (known_bugs.py)
         self._apply_watchdog_rule(task, name)
 
         level = executor_config.get_env(task, executor, "TORCH_CPP_LOG_LEVEL")

@@ -266,6 +266,7 @@ _EVENT_PATTERNS = [
     (re.compile(r"EXIT on signal step=(\d+)"), "exit on signal"),
     (re.compile(r"RESUMED from step (\d+)"), "resumed"),
     (re.compile(r"STARTING from scratch"), "training started"),
+    (re.compile(r"CHECKPOINT saved step=(\d+)"), "checkpoint saved"),
     (re.compile(r"\[rank\d+\]: (\w+(?:Error|Exception|Interrupt)\b.*)"), "rank error"),
     (re.compile(r"FINISHED step=(\d+)"), "finished"),
 ]
@@ -584,6 +585,13 @@ def _judge(
             reasons.append(f"the hang was not caught by a step timeout but by {detected_by}")
         if resumed is None and run.state == "SUCCEEDED":
             reasons.append("the job did not resume from a checkpoint")
+        saved = watch.first("checkpoint saved")
+        restarted_from_scratch = any(lab == "training started" and t > t0 for t, lab, _ in watch.events)
+        if saved is not None and saved[0] <= t0 and restarted_from_scratch:
+            reasons.append(
+                f"a restart trained from iteration 0 although step {saved[1].group(1)} was checkpointed (Megatron "
+                "Bridge resumes only from checkpoint.load: make it the directory checkpoint.save writes)"
+            )
     if run.state != "SUCCEEDED":
         reasons.append(f"job {run.state}" + (" (stopped by the rehearsal)" if run.stopped_by_rehearsal else ""))
     equal = _params_equal(Path(run.save_dir), Path(baseline.save_dir)) if run.state == "SUCCEEDED" else None

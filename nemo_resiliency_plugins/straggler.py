@@ -42,6 +42,7 @@ import nemo_run as run
 
 from nemo_resiliency_plugins import autoresume, executor_config, task_config
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
+from nemo_resiliency_plugins.known_bugs import guard_known_bugs
 from nemo_resiliency_plugins.validation import Checker
 
 logger = logging.getLogger(__name__)
@@ -174,6 +175,7 @@ class StragglerDetectionPlugin(run.Plugin):
             script_args=self.script_args(),
             script_args_converter_fn=self.script_args_converter_fn,
         )
+        guard_known_bugs(task, plugin=name)  # Megatron-Bridge#5761 (known_bugs.py)
 
     def _refuse_legacy_detector(self, task: Any, name: str) -> None:
         legacy = task_config.read_config_field(task, "straggler", "log_straggler", plugin=type(self).__name__)

@@ -118,24 +118,49 @@ RECIPES: dict[str, Recipe] = {
         ),
         Recipe(
             name="kubernetes",
-            summary="Kubernetes-style executors (Kuberay, DGX Cloud, Lepton, Skypilot): what applies there",
+            summary="Kubernetes (Kubeflow, DGX Cloud, Lepton): FT, restarts, preemption save, stragglers, NaN checks",
             description=(
-                "The task-side mechanisms that need no launcher or scheduler support: NVRx straggler detection, "
-                "the rerun state machine's NaN/spiky-loss checks, and Megatron Bridge's SIGTERM exit handler (pods "
-                "get SIGTERM before they are killed). Not included: FaultTolerancePlugin (it must hand ft_launcher "
-                "a config file, which this package can deliver only on LocalExecutor and SlurmExecutor so far) "
-                "and in-process restart (experimental; pair it with FT where that is available)."
+                "NVRx fault tolerance under ft_launcher with section timeouts (600/180/420 s, out-of-section 300 s) "
+                "and 3 in-job restarts; the section timeouts ride in NeMo-Run's <job>_executor.yaml (Kubeflow needs "
+                "workdir_pvc). No job retries: these executors do not resubmit a failed job. Megatron Bridge's "
+                "SIGTERM exit handler saves a checkpoint when a pod is stopped (Kubernetes gives 30 s before SIGKILL "
+                "by default), NVRx straggler detection, and the rerun state machine's NaN check."
             ),
-            executors=("local",),
+            executors=("dgx-cloud", "kubeflow", "lepton"),
             plugins={
+                "FaultTolerancePlugin": {"num_in_job_restarts": 3, "num_job_retries_on_failure": 0},
                 "PreemptionPlugin": {"preempt_time": 60},
                 "StragglerDetectionPlugin": {"gpu_relative_perf_threshold": 0.7, "report_time_interval": 300.0},
                 "RerunStateMachinePlugin": {"rerun_mode": "disabled", "check_for_nan_in_loss": True},
             },
             notes=(
-                "Job-level retries on these executors come from the executor's own restart policy, not from "
-                "num_job_retries_on_failure.",
+                "preempt_time has no effect off Slurm; the pod's SIGTERM -> SIGKILL grace period bounds the save "
+                "(Kubeflow: pod_spec_overrides={'terminationGracePeriodSeconds': N}).",
+                "The pod's SIGTERM goes to the container's first process, NeMo-Run's bash launch script, which drops "
+                "it (PreemptionSignalWarning): add a preStop hook running 'pkill -TERM -f ft_launcher' so the save "
+                "happens.",
+                "Lepton: one node only (NeMo-Run 0.11.1 renders a multi-node ft_launcher with bash's PID as the "
+                "node rank).",
             ),
+        ),
+        Recipe(
+            name="dgx-cloud",
+            summary="DGX Cloud (Run:ai): FT with section timeouts and in-job restarts, straggler detection",
+            description=(
+                "NVRx fault tolerance under ft_launcher with section timeouts (600/180/420 s, out-of-section 300 s) "
+                "and timeouts computed from the first run (ft_state.json), 3 in-job restarts (PET_MAX_RESTARTS: "
+                "NeMo-Run drops --max-restarts on DGX Cloud); GROUP_RANK comes from DGX Cloud's launch script. No job "
+                "retries (DGXCloudExecutor does not resubmit). NVRx straggler detection with threshold 0.7."
+            ),
+            executors=("dgx-cloud",),
+            plugins={
+                "FaultTolerancePlugin": {
+                    "num_in_job_restarts": 3,
+                    "num_job_retries_on_failure": 0,
+                    "calc_ft_timeouts": True,
+                },
+                "StragglerDetectionPlugin": {"gpu_relative_perf_threshold": 0.7, "report_time_interval": 300.0},
+            },
         ),
         Recipe(
             name="local-smoke",

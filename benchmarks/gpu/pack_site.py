@@ -8,7 +8,7 @@ onto ``PYTHONPATH``: ``.whl/site.tar.gz`` (site-packages) and ``.whl/nvrx.tar.gz
 34 MB in all, under the device tool's 64 MiB limit for carried files. transformers is NOT carried (100 MB
 unpacked): the machine's 5.17 is used, although Megatron Bridge 0.6.2 declares ``transformers<=5.12.1``.
 
-Usage: ``.venv/bin/python benchmarks/gpu/pack_site.py [.whl]``
+Usage: ``.venv/bin/python benchmarks/gpu/pack_site.py [.whl [WHEEL_DIR]]`` (WHEEL_DIR: see ``pack_wheels``)
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import importlib.metadata as md
 import os
 import sys
 import tarfile
+import zipfile
 
 # What importing the workload (GPU mode, with in-process restart and straggler detection) loads that the
 # GPU machine's image does not provide; found by importing it here and listing sys.modules' distributions.
@@ -27,7 +28,9 @@ jsonschema jsonschema-specifications lark megatron-bridge megatron-core megatron
 multiprocess nvidia-resiliency-ext omegaconf opentelemetry-api opentelemetry-exporter-prometheus
 opentelemetry-proto opentelemetry-sdk opentelemetry-semantic-conventions rapidyaml referencing rpds-py sniffio
 toml wcmatch webdataset xattr
+pydantic pydantic-core annotated-types typing-inspection
 """.split()
+# (The last line: ModelOpt's imports, for the real-pretrain proof; see pack_wheels.)
 
 
 def main(out_dir: str) -> None:
@@ -50,5 +53,35 @@ def main(out_dir: str) -> None:
         print(f"{target}: {len(files)} files from {base}, {os.path.getsize(target) / 1e6:.1f} MB")
 
 
+# The real-pretrain proof (pretrain_proof.py) imports Megatron Bridge's training loop, whose modules
+# (train.py, checkpointing.py, gpt_step.py) import ModelOpt unconditionally; ModelOpt imports PuLP. Neither is in
+# this .venv (megatron-core lists ModelOpt under its "dev" extra only) nor on the GPU machine. They travel as
+# wheels (``pip download --no-deps nvidia-modelopt==0.47.0 "pulp<4.0"``), unpacked into ``extra.tar.gz``
+# without PuLP's bundled solver binaries (31 MB; ModelOpt's import of PuLP does not run a solver).
+EXTRA_SKIP = ("pulp/solverdir/",)
+
+
+def pack_wheels(wheel_dir: str, out_dir: str) -> None:
+    """Unpack every wheel in ``wheel_dir`` into ``out_dir/extra.tar.gz`` (minus ``EXTRA_SKIP``)."""
+    target = os.path.join(out_dir, "extra.tar.gz")
+    count = 0
+    with tarfile.open(target, "w:gz") as tar:
+        for name in sorted(os.listdir(wheel_dir)):
+            if not name.endswith(".whl"):
+                continue
+            with zipfile.ZipFile(os.path.join(wheel_dir, name)) as whl:
+                for info in whl.infolist():
+                    if info.is_dir() or info.filename.startswith(EXTRA_SKIP):
+                        continue
+                    entry = tarfile.TarInfo(info.filename)
+                    entry.size = info.file_size
+                    with whl.open(info) as data:
+                        tar.addfile(entry, data)
+                    count += 1
+    print(f"{target}: {count} files from the wheels in {wheel_dir}, {os.path.getsize(target) / 1e6:.1f} MB")
+
+
 if __name__ == "__main__":
     main(sys.argv[1] if len(sys.argv) > 1 else ".whl")
+    if len(sys.argv) > 2:  # pack_site.py OUT WHEEL_DIR: also the real-pretrain proof's extra wheels
+        pack_wheels(sys.argv[2], sys.argv[1] if len(sys.argv) > 1 else ".whl")

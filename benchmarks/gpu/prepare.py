@@ -20,6 +20,8 @@ import nemo_run as run
 
 from nemo_resiliency_plugins import FaultTolerancePlugin
 from nemo_resiliency_plugins.inprocess_restart import InProcessRestartPlugin
+from nemo_resiliency_plugins.preemption import PreemptionPlugin
+from nemo_resiliency_plugins.rerun import RerunStateMachinePlugin
 from nemo_resiliency_plugins.straggler import StragglerDetectionPlugin
 
 ENTRY = "benchmarks/gpu/workload_entry.py"
@@ -38,6 +40,12 @@ STRAGGLER = dict(
     gpu_individual_perf_threshold=0.7,
     num_gpu_perf_scores_to_print=1,
 )
+# The real-pretrain proof (pretrain_proof.py) also uses these: FT with Megatron Bridge's computed timeouts (the
+# second run loads ft_state.json), the preemption settings, the re-run state machine with error injection
+# (Megatron Core injects a transient error into about one validated loss in ``error_injection_rate``).
+FT_CALC = dict(FT, calc_ft_timeouts=True)
+PREEMPTION = dict(preempt_time=60)
+RERUN = dict(rerun_mode="validate_results", check_for_nan_in_loss=True, error_injection_rate=8)
 INPROCESS = dict(
     granularity="rank",
     heartbeat_interval=2.0,
@@ -85,6 +93,9 @@ def main(out_dir: str) -> None:
         "fault_tolerance": ft,
         "straggler": _apply(StragglerDetectionPlugin(**STRAGGLER)),
         "inprocess_restart": _apply(InProcessRestartPlugin(**INPROCESS)),
+        "fault_tolerance_calc": _apply(FaultTolerancePlugin(**FT_CALC)),
+        "preemption": _apply(PreemptionPlugin(**PREEMPTION)),
+        "rerun": _apply(RerunStateMachinePlugin(**RERUN)),
     }
     with open(os.path.join(out_dir, "ft_launcher.yaml"), "w") as f:
         f.write(yaml_text)

@@ -35,6 +35,33 @@ What runs for real (Megatron Bridge 0.6):
       ``PrefixStore(<iteration>, store)``, as Megatron Bridge's ``_pretrain`` does, and resumes from the last
       checkpoint in the same processes. See "In-process restart" in the code.
 
+Known differences from Megatron Bridge 0.6.2's real ``pretrain()`` (found by running it on an H200 under each
+plugin, ``benchmarks/results/gpu/pretrain/summary.md``; paths under ``megatron/bridge/training/``). Fixed here:
+resuming only from ``checkpoint.load`` (``setup.py:_should_load_checkpoint``), never from ``checkpoint.save``, and
+the legacy tracker file written with the bare iteration once a save is complete. Kept, and why it does not change
+what the smoke proofs show:
+    * Checkpoint layout: Megatron Bridge saves ``iter_NNNNNNN/`` directories (``torch_dist``) and
+      ``latest_train_state.pt``, and writes ``latest_checkpointed_iteration.txt`` "for compatibility" in the
+      same finalize step; the workload saves one ``iter_NNNNNNN.pt`` file and the same tracker file. NVRx's
+      progress tracker reads the tracker file in both.
+    * Resume log line: Megatron Bridge logs ``successfully loaded checkpoint from <dir> ... at iteration N``;
+      the workload ``RESUMED from step N`` (what the tests and ``rehearse`` read).
+    * Exit paths: Megatron Bridge's ``train`` ends with ``sys.exit(code)`` (signal 0, re-run 16/17, straggler
+      stop, ``exit_interval``, ``exit_duration_in_mins``) and ``pretrain`` logs that ``SystemExit`` as "Pretrain
+      failed" and aborts its process groups; the workload exits with the same codes without that log line.
+      ``train.exit_interval`` and ``train.exit_duration_in_mins`` are not implemented here.
+    * Changing ``train.train_iters`` between runs: Megatron Core's scheduler refuses a checkpoint written for
+      another value (``OptimizerParamScheduler._check_and_set``) unless ``scheduler.override_opt_param_scheduler``
+      is set; the workload accepts it.
+    * In-process restart: Megatron Bridge 0.6.2 hands its training function no NVRx ``CallWrapper``
+      (Megatron-Bridge#5187): its own failure clean-up runs before NVRx's abort, and every restart reuses the
+      same store keys. The workload builds the per-attempt ``PrefixStore`` itself, so its in-process proofs
+      show NVRx's machinery, not that bug (``known_bugs`` warns about it; on the H200 a 1-rank real job did
+      recover in the same process, a multi-rank one is unproven).
+    * No evaluation steps, no async-save finalisation inside the ``checkpointing`` section, no CUDA or
+      ModelOpt prerequisites (Megatron Bridge's ``train.py`` imports ``modelopt``); data resumes from a
+      checkpointed RNG stream instead of skipping consumed samples (both bit-exact).
+
 CPU accommodations (each marked ``# CPU accommodation:`` in the code, most of them in
 :mod:`~nemo_resiliency_plugins.testing.cpu_accommodations`):
     * ``maybe_setup_simulated_fault`` puts a one-element broadcast tensor on ``torch.cuda.current_device()``;

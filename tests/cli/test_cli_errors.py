@@ -44,7 +44,7 @@ BAD = [
     (["doctor", "/nonexistent/experiment"], "/nonexistent/experiment"),
     (["doctor", "/"], "'/'"),
     (["doctor", "local-smoke", "--executor", "bogus"], "--executor 'bogus'"),
-    (["doctor", "local-smoke", "--executor", "docker"], "--executor 'docker'"),
+    (["doctor", "local-smoke", "--executor", "kuberay"], "--executor 'kuberay'"),
     (["doctor", "local-smoke", "--save-time", "-1"], "--save-time"),
     (["doctor", "local-smoke", "--step-time", "nan"], "--step-time"),
     (["rehearse", "local-smoke", "--set", "X.y=[unclosed"], "X.y=[unclosed"),

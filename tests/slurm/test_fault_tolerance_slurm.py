@@ -117,17 +117,20 @@ def jobs(local_slurm, tmp_path_factory):
             # The cluster's nodes share one host (one address): NVRx's rendezvous would take the two launchers for
             # a misconfiguration on one node unless told that this is a simulation of several nodes.
             env={"NRP_FAULT": "hang@17", "NRP_STEP_TIME": "0.3", "NVRX_ENABLE_MULTI_LAUNCHERS_PER_NODE": "1"},
+            # calc_ft_timeouts off: with it, Megatron Bridge 0.6.2 fails a requeued run that had already finished
+            # (Megatron-Bridge#5711, which the plugin warns about), so one spurious requeue would end the job FAILED.
             ft=_ft(
                 num_in_job_restarts=0,
-                num_job_retries_on_failure=3,
+                num_job_retries_on_failure=4,
+                calc_ft_timeouts=False,
                 section_timeouts={"setup": 300, "step": 6, "checkpointing": 120},
             ),
             nodes=2,
             ntasks_per_node=1,
         ),
     }
-    submitted = {}
-    for name, spec in specs.items():
+
+    def submit_one(name: str, spec: dict):
         tmp = tmp_path_factory.mktemp(name)
         save = tmp / "ckpt"
         env = {"NRP_STEP_TIME": "0.15", "NRP_FAULT_STEP": str(FAULT_STEP), "NRP_FAULT_RANK": "1", **spec["env"]}
@@ -142,10 +145,15 @@ def jobs(local_slurm, tmp_path_factory):
             nodes=spec.get("nodes", 1),
             ntasks_per_node=spec.get("ntasks_per_node", 2),
         )
-        submitted[name] = (job, save)
+        return job, save
+
+    # Submitted two at a time: each submission is a fresh interpreter importing NeMo-Run (seconds of CPU).
+    with ThreadPoolExecutor(2) as pool:
+        futures = {name: pool.submit(submit_one, name, spec) for name, spec in specs.items()}
+        submitted = {name: future.result() for name, future in futures.items()}
     killed: dict = {}
     killer = threading.Thread(
-        target=_kill_node_when, args=(submitted["two-nodes"][0], r"CHECKPOINT saved step=10\b", killed), daemon=True
+        target=_kill_node_when, args=(submitted["two-nodes"][0], r"CHECKPOINT saved step=5\b", killed), daemon=True
     )
     killer.start()
     with ThreadPoolExecutor(len(submitted)) as pool:  # each wait lifts its own job's requeue hold
@@ -306,6 +314,9 @@ def test_progress_in_every_cycle_keeps_the_job_restarting_until_it_finishes(jobs
 
 
 def test_two_node_job_leaves_a_lost_node_and_a_hung_node_behind(jobs):
+    """A lost node is named by srun and excluded. A hang is caught by the step section timeout and its run requeued
+    with a node excluded; which one is a race: rank 0 waits for the hung rank inside the same all-reduce, so both
+    ranks' step sections time out together and srun may name either node first (the README says so)."""
     baseline = finished_hash(jobs["fault-free"][0].logs())
     job, save, res = jobs["two-nodes"]
     killed = jobs["two-nodes-killed"]
@@ -314,26 +325,31 @@ def test_two_node_job_leaves_a_lost_node_and_a_hung_node_behind(jobs):
     assert killed.get("pids", 0) > 0 and len(killed["node"]) == 1, killed
     lost = killed["node"][0]
     assert (res.state, res.exit_code) == ("COMPLETED", 0), (res.record, logs[-8000:])
-    assert res.restarts == 2, res.record
-    # Run 0: the lost node is named by srun and excluded from the requeued job.
-    assert f"node {lost} failed first (srun: error: {lost}: task 1:" in logs, logs[-8000:]
-    # Run 1 ran on the spare node, resumed, and rank 1 hung there: the step section timeout ended it.
-    hung = re.search(r"node (\S+) failed first \(srun: error: \S+: task 1: Exited", logs)
-    assert hung and hung.group(1) != lost, logs[-8000:]
-    assert "RESUMED from step 10 (iter_0000010.pt)" in attempts[1], attempts[1][-6000:]
+    assert res.restarts >= 2, res.record
+    # Run 0: every process on the node of rank 1 killed; srun names that node and the requeued job excludes it.
+    assert f"node {lost} failed first (srun: error: {lost}: task 1: Killed): the requeued job excludes" in logs, logs[
+        -8000:
+    ]
+    assert "FAULT_INJECTED kind=hang" not in attempts[0], "the node was lost before the hang (kill at step 5)"
+    # Run 1 resumed on other nodes, rank 1 hung; the step section timeout ended it; requeued excluding a 2nd node.
+    assert re.search(r"RESUMED from step (5|10) \(iter_", attempts[1]), attempts[1][-6000:]
     assert "FAULT_INJECTED kind=hang step=17 rank=1" in attempts[1]
     assert re.search(r"Section 'step' has been open for [\d.]+ seconds", attempts[1]), attempts[1][-6000:]
-    # Run 2 excluded both nodes, resumed from the last checkpoint and matched the fault-free run.
-    assert re.search(r"the requeued job excludes \S*", logs)
-    assert "RESUMED from step 15 (iter_0000015.pt)" in attempts[2], attempts[2][-6000:]
-    assert finished_hash(attempts[2]) == baseline
+    second = re.findall(
+        r"node (\S+) failed first \(srun: error: \S+: task \d: [^)]*\): the requeued job excludes (\S+)", logs
+    )
+    assert len(second) >= 2 and second[1][0] != lost, second
+    # The last run resumed from the newest checkpoint and matched the fault-free run, bit for bit.
+    last = attempts[max(attempts)]
+    assert "RESUMED from step 15 (iter_0000015.pt)" in logs, logs[-8000:]
+    assert finished_hash(last) == baseline
     rec = res.record
     if "ExcNodeList" in rec:  # the live record (scontrol, kept MinJobAge s); the jobcomp line has no such field
         excluded = subprocess.run(
             ["scontrol", "show", "hostnames", rec["ExcNodeList"]], capture_output=True, text=True
         ).stdout.split()
-        assert sorted(excluded) == sorted({lost, hung.group(1)}), rec
+        assert {lost, second[1][0]} <= set(excluded), rec
         ran_on = subprocess.run(
             ["scontrol", "show", "hostnames", rec.get("NodeList", "")], capture_output=True, text=True
         ).stdout.split()
-        assert not set(ran_on) & {lost, hung.group(1)}, rec
+        assert not set(ran_on) & set(excluded), rec

@@ -1,5 +1,6 @@
 """FaultTolerancePlugin: validation and what setup() does to real NeMo-Run tasks and executors."""
 
+import dataclasses
 from pathlib import Path
 
 import nemo_run as run
@@ -150,6 +151,14 @@ def test_slurm_container_sees_the_file_under_nemo_run_mount(tmp_path):
     assert job.executor.env_vars["PET_FT_CFG_PATH"].startswith("/nemo_run/")
 
 
-def test_unsupported_executor_is_refused_by_name():
-    with pytest.raises(ResiliencyConfigError, match="DockerExecutor"):
-        add_job(script(), run.DockerExecutor(container_image="x", num_gpus=0), [FaultTolerancePlugin()])
+def test_unknown_executor_type_is_refused_by_name():
+    """An executor this package has no rules class for is refused naming it, before anything is changed."""
+
+    @dataclasses.dataclass(kw_only=True)
+    class HomeGrownExecutor(run.Executor):
+        pass
+
+    executor = HomeGrownExecutor()
+    with pytest.raises(ResiliencyConfigError, match="HomeGrownExecutor is not an executor this package"):
+        FaultTolerancePlugin().setup(script(), executor)
+    assert executor.launcher is None and executor.env_vars == {}
