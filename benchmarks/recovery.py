@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Recovery benchmarks: what each resiliency mechanism costs and saves, side by side in one invocation.
 
-Run from the repository root (one command; 24 jobs + host-side figures; how long it takes and why:
+Run from the repository root (one command; 30 jobs + host-side figures; how long it takes and why:
 ``benchmarks/README.md``)::
 
     .venv/bin/python benchmarks/recovery.py            # 3 repetitions of every case
