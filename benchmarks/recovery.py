@@ -402,7 +402,9 @@ class Bench:
         env = {"NRP_STEP_TIME": self.step_time}
         if fault:
             env |= {"NRP_FAULT": fault, "NRP_FAULT_STEP": str(FAULT_STEP), "NRP_FAULT_RANK": str(FAULT_RANK)}
-        task = workload_task([f"checkpoint.save={save}", *overrides], env=env)
+        # checkpoint.load too: Megatron Bridge (and the workload) resume only from it. The plugins would wire it;
+        # the plain torchrun baseline has no plugin, and a user running it names both, as Megatron Bridge's recipes do.
+        task = workload_task([f"checkpoint.save={save}", f"checkpoint.load={save}", *overrides], env=env)
         load1 = os.getloadavg()[0]
         tail = LogTail(root)
         console_log = root / "nemo_run_console.txt"

@@ -161,8 +161,8 @@ def show(name: str, json_out: bool = typer.Option(False, "--json")) -> None:
     recipe = _recipe(name)
     from nemo_resiliency_plugins.explain import explain, make_executor, make_task
 
-    plugins = recipe.build()
-    with _quiet():
+    with _quiet():  # building a plugin may log (RerunStateMachinePlugin's notice): never into --json's stdout
+        plugins = recipe.build()
         result = explain(plugins, make_task(), make_executor(recipe.executors[0]), executor_kind=recipe.executors[0])
     data = {
         "name": recipe.name,
@@ -228,8 +228,8 @@ def explain(
     _positive("--save-time", save_time)
     recipe = _recipe(name)
 
-    plugins = recipe.build()
     with _quiet():
+        plugins = recipe.build()
         exe = make_executor(executor, nodes=nodes, ntasks_per_node=ntasks_per_node, time=time)
         result = do_explain(plugins, make_task(script, partial), exe, executor_kind=executor)
         chain = timeout_chain(plugins, exe, step_time_s=step_time, save_time_s=save_time)

@@ -279,18 +279,22 @@ def test_task_side_plugins_reach_the_job_through_the_executor_env(make):
     executor passes to the job (Lepton and Kubeflow drop run.Script(env=...))."""
     from nemo_resiliency_plugins import InProcessRestartPlugin, RerunStateMachinePlugin, StragglerDetectionPlugin
 
-    plugins = [
-        InProcessRestartPlugin(),
-        FaultTolerancePlugin(num_job_retries_on_failure=0),
-        StragglerDetectionPlugin(),
-        RerunStateMachinePlugin(),
-    ]
-    job = render(make(), plugins)
+    # Straggler detection and in-process restart are checked in separate jobs: together they are refused on
+    # Megatron Bridge 0.6.2 (Megatron-Bridge#5761, nemo_resiliency_plugins/known_bugs.py).
+    job = render(make(), [InProcessRestartPlugin(), FaultTolerancePlugin(num_job_retries_on_failure=0)])
     env = job.executor.env_vars
     assert env["TORCH_NCCL_RETHROW_CUDA_ERRORS"] == "0" and env["NCCL_NVLS_ENABLE"] == "0"
     assert env["TORCH_CPP_LOG_LEVEL"] == "error"
     args = " ".join(job.task.args)
-    for section in ("++inprocess_restart.enabled=true", "++nvrx_straggler.enabled=true", "++ft.enable_ft_package=true"):
+    for section in ("++inprocess_restart.enabled=true", "++ft.enable_ft_package=true"):
+        assert section in args
+    assert isinstance(job.executor.launcher, FaultToleranceWithSections)
+    job = render(
+        make(),
+        [FaultTolerancePlugin(num_job_retries_on_failure=0), StragglerDetectionPlugin(), RerunStateMachinePlugin()],
+    )
+    args = " ".join(job.task.args)
+    for section in ("++nvrx_straggler.enabled=true", "++ft.enable_ft_package=true", "rerun_state_machine.rerun_mode="):
         assert section in args
     assert isinstance(job.executor.launcher, FaultToleranceWithSections)
 
