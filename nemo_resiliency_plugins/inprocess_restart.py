@@ -20,6 +20,12 @@ What this plugin guarantees before anything is launched (all as ``ResiliencyConf
 * ``run.SlurmExecutor`` is refused: NeMo-Run's sbatch script runs ``srun --kill-on-bad-exit=1``, so one rank
   leaving ends every rank, and nothing waits for NVRx's monitor process (Megatron Bridge documents the Slurm
   executor as unsupported; the supported Slurm launch is ``srun --kill-on-bad-exit=0`` with NVRx's wait daemon).
+* Warm reserves (``active_world_size`` below the executor's ranks, nodes x tasks per node): the surviving ranks
+  must outlive a killed rank, which torchrun and NVRx 0.7's ft_launcher do not allow (both tear the worker group
+  down on the first worker that fails; ft_launcher's ``min-healthy`` policy, which NVRx documents for this, is
+  gone). Each rank then runs under :mod:`nemo_resiliency_plugins.rank_keeper`, which leaves a rank killed by a
+  signal to NVRx (a reserve takes its place) and passes every other exit on. When no reserve is left, NVRx
+  terminates the survivors and the launcher restarts the group (ft_launcher) or the job fails (torchrun).
 * Combinations that cannot work are refused: a preemption set-up (``train.exit_signal_handler`` on the task,
   as PreemptionPlugin leaves it) and a second in-process restart plugin on the same job. The check sees what
   plugins listed *before* this one did; a PreemptionPlugin listed after it must check for
@@ -36,7 +42,7 @@ from typing import Any
 
 import nemo_run as run
 
-from nemo_resiliency_plugins import autoresume, executor_config, task_config
+from nemo_resiliency_plugins import autoresume, executor_config, rank_keeper, task_config
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
 from nemo_resiliency_plugins.known_bugs import guard_known_bugs
 from nemo_resiliency_plugins.validation import Checker, is_finite_number
@@ -79,10 +85,16 @@ class InProcessRestartPlugin(run.Plugin):
         last_call_wait: time other ranks get to report their own failure before a restart starts.
         termination_grace_time: SIGTERM -> SIGKILL gap.
         granularity: ``"node"`` (restart whole nodes; the rank layout follows ``torch.cuda.device_count()``) or
-            ``"rank"``.
-        active_world_size: ranks that train; the rest of the allocation is a warm reserve (None: all).
+            ``"rank"``. With a reserve, ``"node"`` needs whole spare nodes: more than one node, and
+            ``active_world_size`` a multiple of the tasks per node.
+        active_world_size: ranks that train; the rest of the allocation is a warm reserve (None: all). Megatron
+            Bridge builds NVRx's ``Tree`` rank assignment with ``min_ranks = max_ranks = active_world_size``: a
+            killed active rank is replaced by a reserve; once the healthy ranks fall below it, every rank is
+            terminated and the launcher takes over.
         empty_cuda_cache: free the CUDA cache while restarting.
-        max_rank_faults: stop restarting a rank after this many faults (NVRx ``FaultCounter``).
+        max_rank_faults: stop restarting a rank after this many faults (NVRx ``FaultCounter``): the rank is
+            then terminated like a killed one and consumes a reserve (or, with none left, ends the in-process
+            phase).
         monitor_process_logdir: directory for NVRx's monitor-process log (absolute path).
 
     Fields Megatron Bridge 0.6 accepts but does NOT pass on, so only their default takes effect (a different
@@ -198,7 +210,7 @@ class InProcessRestartPlugin(run.Plugin):
             task_config.set_config_fields(task, "inprocess_restart", {"enabled": False}, plugin=name)
             return
         self._refuse_unsupported(task, executor, name)
-        self._check_world_size(executor, name)
+        reserves = self._check_world_size(executor, name)
         self._check_monitor_logdir(task, executor, name)
         autoresume.ensure_autoresume(task, plugin=name, why="in-process restarts (and a launcher restart after them)")
         task_config.set_config_fields(task, "inprocess_restart", self.config_values(), plugin=name)
@@ -215,6 +227,11 @@ class InProcessRestartPlugin(run.Plugin):
         if executor_config.default_launcher(executor, "torchrun"):
             logger.info("%s: executor.launcher='torchrun' (none was set)", name)
         executor_config.set_env(task, executor, MARKER_ENV, "1", plugin=name)
+        if reserves:
+            self._check_ft_timeouts_leave_room(task, name)
+            # A killed rank must not make the launcher tear down the survivors (see the module docstring).
+            rank_keeper.install(task, executor, plugin=name, field="active_world_size")
+            logger.info("%s: %d active rank(s), %d warm reserve(s)", name, self.active_world_size, reserves)
 
     def config_values(self) -> dict[str, Any]:
         """What goes into ``ConfigContainer.inprocess_restart`` (every ``InProcessRestartConfig`` field)."""
@@ -280,18 +297,69 @@ class InProcessRestartPlugin(run.Plugin):
             )
         return []
 
-    def _check_world_size(self, executor: Any, name: str) -> None:
+    def _check_world_size(self, executor: Any, name: str) -> int:
+        """The number of warm reserve ranks (0 without ``active_world_size``), checked against the executor."""
+        if self.active_world_size is None:
+            return 0
+        kind = executor_config.executor_kind(executor)
         try:
-            world = int(executor.nnodes()) * int(executor.nproc_per_node())
-        except Exception:  # an executor that cannot say how many ranks it starts: nothing to compare against
-            return
-        if self.active_world_size is not None and self.active_world_size > world:
+            nodes, per_node = int(executor.nnodes()), int(executor.nproc_per_node())
+        except Exception:  # an executor that cannot say how many ranks it starts
             raise ResiliencyConfigError(
                 name,
                 "active_world_size",
                 self.active_world_size,
-                f"at most the {world} ranks the {executor_config.executor_kind(executor)} starts",
+                "None on an executor that cannot say how many ranks it starts",
+                detail=f"the {kind} gives no nnodes()/nproc_per_node(), so the reserve cannot be checked",
+            ) from None
+        world = nodes * per_node
+        if self.active_world_size > world:
+            raise ResiliencyConfigError(
+                name,
+                "active_world_size",
+                self.active_world_size,
+                f"at most the {world} ranks the {kind} starts ({nodes} node(s) x {per_node} tasks per node)",
                 detail="NVRx's rank assignment would wait for ranks that never come",
+            )
+        reserves = world - self.active_world_size
+        if reserves and self.granularity == "node":
+            if nodes == 1:
+                raise ResiliencyConfigError(
+                    name,
+                    "granularity",
+                    self.granularity,
+                    "'rank' for a reserve on a single node",
+                    detail=(
+                        f"with granularity='node' Megatron Bridge groups ranks by host, {per_node} per node "
+                        "(torch.cuda.device_count()), and a reserve is a whole spare node; this "
+                        f"{kind} has one node, so active_world_size={self.active_world_size} of {world} leaves "
+                        "no spare node"
+                    ),
+                )
+            if self.active_world_size % per_node:
+                raise ResiliencyConfigError(
+                    name,
+                    "active_world_size",
+                    self.active_world_size,
+                    f"a multiple of the {per_node} tasks per node with granularity='node'",
+                    detail="a node with fewer active ranks than its GPUs is terminated whole by NVRx's Tree",
+                )
+        return reserves
+
+    def _check_ft_timeouts_leave_room(self, task: Any, name: str) -> None:
+        """With a reserve, ft_launcher's rank monitors must not kill the survivors while NVRx restarts them."""
+        if task_config.read_config_field(task, "ft", "calc_ft_timeouts", plugin=name) is True:
+            raise ResiliencyConfigError(
+                name,
+                "active_world_size",
+                self.active_world_size,
+                detail=(
+                    "a warm reserve with ft.calc_ft_timeouts=True (FaultTolerancePlugin's default): the section "
+                    "timeouts Megatron Bridge calculates from healthy steps (about a second per step) are shorter "
+                    "than an in-process restart, so ft_launcher's rank monitor kills the surviving ranks while NVRx "
+                    "hands the dead rank's place to the reserve. Use FaultTolerancePlugin(calc_ft_timeouts=False) "
+                    f"with section timeouts above barrier_timeout ({self.barrier_timeout:g} s)"
+                ),
             )
 
     def _check_monitor_logdir(self, task: Any, executor: Any, name: str) -> None:

@@ -48,6 +48,7 @@ _FIRST = (
     "tests/testing/test_workload.py",
     "tests/smoke/test_fault_tolerance_local.py",
     "tests/smoke/test_inprocess_restart_local.py",
+    "tests/smoke/test_inprocess_reserve_local.py",
     "tests/smoke/test_straggler_local.py",
     "tests/smoke/test_rerun_local.py",
     "tests/cli/test_rehearse_from_experiment.py",

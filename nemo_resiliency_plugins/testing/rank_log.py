@@ -13,8 +13,12 @@ __all__ = ["log", "rank_from_env"]
 
 
 def rank_from_env() -> int:
-    """The global rank the launcher gave this process (0 when launched plainly)."""
-    return int(os.environ.get("RANK", "0"))
+    """The global rank the launcher gave this process (0 when launched plainly).
+
+    -1 on an inactive warm reserve: NVRx's in-process restart sets ``RANK`` to the active rank, ``"None"`` there.
+    """
+    value = os.environ.get("RANK", "0")
+    return int(value) if value.isdigit() else -1
 
 
 def log(msg: str) -> None:

@@ -639,6 +639,8 @@ def _run_with_inprocess_restart(cfg: ConfigContainer, state: GlobalState) -> Non
 
     from megatron.bridge.training.inprocess_restart import maybe_wrap_for_inprocess_restart
 
+    from nemo_resiliency_plugins.testing.nvrx_iteration import restart_iteration
+
     if dist.is_initialized():  # Megatron Bridge refuses this too: the wrapper owns the process group
         raise RuntimeError("in-process restart needs to create the process group itself")
     calls = itertools.count()
@@ -647,7 +649,11 @@ def _run_with_inprocess_restart(cfg: ConfigContainer, state: GlobalState) -> Non
         # Megatron Bridge 0.6.2's adapter hands inprocess_call_wrapper=None (NVRx injects its CallWrapper only
         # into annotated parameters, and the adapter has none). Every rank enters once per NVRx iteration, so
         # counting entries gives the same iteration number on every rank, for the per-iteration store prefix.
-        iteration = inprocess_call_wrapper.iteration if inprocess_call_wrapper is not None else next(calls)
+        # A warm reserve enters for the first time in a later iteration: NVRx's own count (nvrx_iteration.py).
+        entered = next(calls)
+        iteration = (
+            inprocess_call_wrapper.iteration if inprocess_call_wrapper is not None else restart_iteration(entered)
+        )
         _log(f"INPROCESS iteration={iteration} pid={os.getpid()} time={time.time():.3f}")
         _train_once(cfg, state, restart_store=dist.PrefixStore(str(iteration), store))
 

@@ -57,11 +57,11 @@ def test_smoke_benchmark_writes_every_row(tmp_path):
     # Every job of every case recovered (torchrun's restart included: see the workload's
     # _restarted_attempt_store) and the headline rows carry a figure on both sides.
     jobs = [line for line in proc.stdout.splitlines() if " rep 1: " in line]
-    assert len(jobs) == 8, proc.stdout[-4000:]
+    assert len(jobs) == 10, proc.stdout[-4000:]  # 4 cases x 2 variants + the warm reserve's fault-free and kill
     assert all(" rep 1: SUCCEEDED " in line for line in jobs), "\n".join(jobs)
     # The figures themselves are not judged here: the smoke run shares the machine with the rest of the suite
     # (two test workers), so a time lost can even come out negative; a quiet full run measures them.
-    for rid in ("1c", "2b", "3c", "4a"):
+    for rid in ("1c", "2b", "2f", "3c", "4a"):
         cells = next(line for line in text.splitlines() if line.startswith(f"| {rid} |")).split("|")
         baseline, ours = cells[3].strip(), cells[4].strip()
         assert FIGURE.match(baseline) and FIGURE.match(ours), f"row {rid} lacks a figure: {cells}"

@@ -305,7 +305,7 @@ def test_with_fault_tolerance_plugin_both_configs_and_ft_launcher():
 def test_active_world_size_beyond_the_executor_is_refused():
     with pytest.raises(ResiliencyConfigError, match="at most the 2 ranks"):
         add_job(script(), local(), [InProcessRestartPlugin(active_world_size=3)])
-    add_job(script(), local(), [InProcessRestartPlugin(active_world_size=1)])
+    add_job(script(), local(), [InProcessRestartPlugin(active_world_size=1, granularity="rank")])
 
 
 def test_monitor_logdir_is_refused_where_megatron_bridge_would_ignore_it():

@@ -1,0 +1,212 @@
+"""Rank keeper: the worker process a launcher starts when in-process restart has a warm reserve.
+
+Why it exists: torchrun and NVRx 0.7's ``ft_launcher`` watch the processes they start and tear the whole worker
+group down (and restart it, if restarts are left) as soon as one of them exits with a failure. NVRx's in-process
+restart with a warm reserve needs the opposite: when a rank dies, the *surviving* processes must live on so that
+NVRx's wrapper can hand the dead rank's place to a reserve rank. NVRx documents ``srun --kill-on-bad-exit=0``
+for Slurm and, for ft_launcher, a ``--ft-restart-policy=min-healthy`` that NVRx 0.7 no longer offers (its only
+policy is ``any-failed``). So the launcher starts this keeper as each worker, and the keeper runs the real rank
+as its child:
+
+* the rank dies by a signal the keeper did not forward (SIGKILL from an OOM killer, a crashed driver, NVRx's
+  own ``hard_timeout`` termination): NVRx's monitor process records the rank as terminated in its store, and
+  the in-process machinery decides what happens next. The keeper reports the death on its stdout and stays a
+  running worker while a rank of its node lives on; it leaves with 0 once the others have finished, and passes
+  the death on to the launcher when no rank of its node is alive any more (nobody is left to finish the job).
+* anything else is passed on unchanged: an exit code (a rank whose Python code decided to fail, e.g. NVRx's
+  wrapper giving up because no reserve is left: the launcher then restarts the group, as without reserves), and
+  a death by a signal the launcher sent (the keeper forwarded it and dies the same way).
+
+What this does NOT hide: when no reserve is left, NVRx terminates the surviving ranks (``RankDiscarded``) and
+they exit with an error, so the launcher still restarts the worker group (ft_launcher) or fails the job.
+
+How a job gets it: :func:`install` (called by InProcessRestartPlugin when ``active_world_size`` leaves a reserve)
+turns a ``run.Script(path="pkg.train", m=True)`` task into ``run.Script(path="nemo_resiliency_plugins.rank_keeper",
+m=True)`` with the same arguments, and names the real target in the job's environment
+(``NRP_RANK_KEEPER_MODULE=pkg.train`` or ``NRP_RANK_KEEPER_SCRIPT=train.py``). The task's arguments are left
+as they were, so every plugin still reads and writes its Hydra overrides there. By hand::
+
+    NRP_RANK_KEEPER_MODULE=pkg.train torchrun --nproc-per-node=3 -m nemo_resiliency_plugins.rank_keeper [args...]
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+from typing import Any
+
+__all__ = ["FORWARDED_SIGNALS", "KEEPER_MODULE", "MODULE_ENV", "SCRIPT_ENV", "STOP_SIGNALS", "install", "main"]
+
+logger = logging.getLogger(__name__)
+
+KEEPER_MODULE = "nemo_resiliency_plugins.rank_keeper"
+MODULE_ENV = "NRP_RANK_KEEPER_MODULE"
+SCRIPT_ENV = "NRP_RANK_KEEPER_SCRIPT"
+# What may travel in those variables: NeMo-Run exports env vars unquoted on some executors, so only plain module
+# names and plain relative/absolute .py paths (full match).
+_MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+_SCRIPT_PATH = re.compile(r"[A-Za-z0-9_./-]+\.py")
+
+# Signals a launcher sends its workers (stop, NVRx ft_launcher's rank-termination signal, Slurm's warning).
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def _say(message: str) -> None:
+    sys.stdout.write(f"[rank_keeper rank={os.environ.get('RANK', '?')}] {message}\n")
+    sys.stdout.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if os.environ.get(MODULE_ENV):
+        target = ["-m", os.environ[MODULE_ENV]]
+    elif os.environ.get(SCRIPT_ENV):
+        target = [os.environ[SCRIPT_ENV]]
+    else:
+        sys.stderr.write(f"rank_keeper: set {MODULE_ENV}=<module> or {SCRIPT_ENV}=<script.py> (the real rank)\n")
+        return 2
+    # The interpreter options the launcher gave the keeper (torchrun: -u) apply to the rank too.
+    options = sys.orig_argv[1 : sys.orig_argv.index("-m")] if "-m" in sys.orig_argv else []
+    child = subprocess.Popen([sys.executable, *options, *target, *args])
+    forwarded: list[int] = []
+
+    def forward(signum: int, _frame) -> None:
+        if signum in STOP_SIGNALS:  # SIGUSR1/2 (e.g. Slurm's warning) are passed on, but do not stop the keeper
+            forwarded.append(signum)
+        try:
+            child.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    for signum in FORWARDED_SIGNALS:
+        signal.signal(signum, forward)
+    code = child.wait()
+    if code >= 0:
+        return code
+    if not forwarded:
+        _say(
+            f"RANK_DIED pid={child.pid} signal={signal.Signals(-code).name}: left to NVRx in-process restart; "
+            "waiting for the other ranks"
+        )
+        outcome = _wait_for_the_others(forwarded)
+        if outcome == "finished":
+            _say("the other ranks finished: exit 0")
+            return 0
+        if outcome == "all dead":
+            _say("no rank of this node is alive any more: the death goes to the launcher")
+    # Die the way the rank did (or as the launcher asked), so the launcher sees a failed worker.
+    signum = forwarded[-1] if forwarded else -code
+    if signum != signal.SIGKILL:  # SIGKILL has no handler to reset
+        signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+    return 128 + signum
+
+
+def _wait_for_the_others(forwarded: list[int], interval_s: float = 0.5, settle_s: float = 3.0) -> str:
+    """After this keeper's rank died: "stopped" (the launcher signalled), "finished" or "all dead".
+
+    The keeper stays a running worker while another rank of this node lives on (NVRx's business, a reserve may
+    take the place). When the other keepers have begun to leave with no rank alive, the job ended normally: a
+    keeper leaves on its own only when its rank returned 0, and a failure makes the launcher stop every worker,
+    this one included (``forwarded``). When every keeper of the node stays there for ``settle_s`` with no living
+    rank, nobody is left to finish the job: the death is reported to the launcher after all. (The wait tells a
+    keeper whose rank has just returned, and which is about to leave, from one that waits like this one.)
+    """
+    import time
+
+    import psutil
+
+    me = psutil.Process()
+    expected = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) - 1
+    nobody_since: float | None = None
+    while not forwarded:
+        try:
+            siblings = [p for p in psutil.Process(os.getppid()).children() if p.pid != me.pid and _is_keeper(p)]
+            alive = any(_has_living_child(p) for p in siblings)
+        except psutil.Error:
+            siblings, alive = [], False
+        if alive:
+            nobody_since = None
+        elif len(siblings) < expected:
+            return "finished"
+        else:
+            nobody_since = nobody_since if nobody_since is not None else time.monotonic()
+            if time.monotonic() - nobody_since >= settle_s:
+                return "all dead"
+        time.sleep(interval_s)
+    return "stopped"
+
+
+def _is_keeper(process) -> bool:
+    import psutil
+
+    try:
+        return KEEPER_MODULE in " ".join(process.cmdline())
+    except psutil.Error:
+        return False
+
+
+def _has_living_child(process) -> bool:
+    import psutil
+
+    try:
+        return any(c.status() != psutil.STATUS_ZOMBIE for c in process.children())
+    except psutil.Error:
+        return False
+
+
+def install(task: Any, executor: Any, *, plugin: str, field: str) -> None:
+    """Make every rank of ``task`` run under the keeper (see the module docstring); refuse what cannot be kept.
+
+    Only a ``run.Script`` naming a Python module or file can be re-targeted without touching its arguments: a
+    ``run.Partial`` runs through NeMo-Run's own ``fdl_runner`` entry, and an inline script is a shell program.
+    """
+    import nemo_run as run
+
+    from nemo_resiliency_plugins import executor_config
+    from nemo_resiliency_plugins.errors import ResiliencyConfigError
+
+    why = (
+        "a warm reserve needs each rank to run under nemo_resiliency_plugins.rank_keeper, so that a killed rank "
+        "does not make the launcher tear the worker group down"
+    )
+    if not isinstance(task, run.Script):
+        raise ResiliencyConfigError(
+            plugin,
+            field,
+            None,
+            detail=f"{why}; that is done for run.Script tasks only (a {type(task).__name__} runs through "
+            "NeMo-Run's fdl_runner). Launch the training as run.Script(path='pkg.module', m=True, "
+            "entrypoint='python'), or leave active_world_size unset (no reserve)",
+        )
+    if task.inline:
+        raise ResiliencyConfigError(plugin, field, None, detail=f"{why}; an inline run.Script is a shell program")
+    if task.entrypoint != "python":
+        raise ResiliencyConfigError(
+            plugin,
+            "task.entrypoint",
+            task.entrypoint,
+            "'python'",
+            detail=f"{why}; the keeper is a Python module the launcher starts with 'python -m'",
+        )
+    path = str(task.path)
+    if task.m:
+        if _MODULE_NAME.fullmatch(path) is None:
+            raise ResiliencyConfigError(plugin, "task.path", path, "a Python module name (letters, digits, _ and .)")
+        executor_config.set_env(task, executor, MODULE_ENV, path, plugin=plugin, field=field)
+    else:
+        if _SCRIPT_PATH.fullmatch(path) is None:
+            raise ResiliencyConfigError(plugin, "task.path", path, "a .py path of letters, digits, '_', '.', '/', '-'")
+        executor_config.set_env(task, executor, SCRIPT_ENV, path, plugin=plugin, field=field)
+    task.path = KEEPER_MODULE
+    task.m = True
+    logger.info("%s: each rank runs under %s (target %s)", plugin, KEEPER_MODULE, path)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,162 @@
+"""A killed rank recovered without a job restart: InProcessRestartPlugin with a warm reserve, through NeMo-Run's
+LocalExecutor on CPU (3 ranks: 2 active + 1 reserve), and what happens when the reserve is used up.
+
+Nothing is mocked: torch + gloo ranks, NVRx's ``inprocess.Wrapper`` built by Megatron Bridge's own
+``maybe_wrap_for_inprocess_restart`` (its ``Tree`` rank assignment with ``min_ranks = max_ranks =
+active_world_size``, monitor processes, store), NVRx's ft_launcher, and the plugin's rank keeper between the
+launcher and each rank. The reserve waits inside NVRx's ``reserve_fn``; the workload computes with the two active
+ranks only (NVRx sets ``RANK``/``WORLD_SIZE`` to the active rank and active world size).
+
+One launch, two faults (``NRP_FAULT=kill@13,kill@17``, rank 1 both times), each behaviour asserted on its own:
+
+* step 13: rank 1 is SIGKILLed; the reserve takes its place in the same job (NVRx: "Hot spare activated"), rank 0
+  keeps its PID, no process is started and the launcher does not restart anything; both active ranks resume
+  from the step-10 checkpoint and the recovered pair writes a step-15 checkpoint equal to a fault-free run's;
+* step 17: the former reserve, now rank 1, is SIGKILLed; no reserve is left, so NVRx terminates rank 0
+  (``RankDiscarded``), ft_launcher restarts the worker group once (with a fresh reserve), the ranks resume from
+  step 15 and finish with parameters equal to a fault-free 2-rank run's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from nemo_resiliency_plugins import FaultTolerancePlugin
+from nemo_resiliency_plugins.inprocess_restart import InProcessRestartPlugin
+from nemo_resiliency_plugins.testing.local_run import run_local, workload_task
+from tests.helpers import assert_same_params, final_params
+
+pytestmark = pytest.mark.slow
+
+FIRST_KILL, SECOND_KILL = 13, 17  # resume from step 10, then from step 15
+# Divisible by the data-parallel size Megatron Bridge derives from WORLD_SIZE=3 in runtime_config_update (before
+# NVRx assigns ranks) and by the active 2 (the toy model's data does not depend on it).
+OVERRIDES = ["train.global_batch_size=12"]
+ENV = {"NRP_STEP_TIME": "0.15"}
+_INPROCESS = re.compile(r"INPROCESS iteration=(\d+) pid=(\d+) time=([0-9.]+)")
+_START = re.compile(r"\] START rank=(\d+) world=(\d+) restart=(\d+)")
+_PID = re.compile(r"pid=(\d+)")
+
+
+def reserve_plugin() -> InProcessRestartPlugin:
+    # Short NVRx timeouts (the in-process smoke test's); "rank" granularity: one host, a reserve of one rank.
+    return InProcessRestartPlugin(
+        granularity="rank",
+        active_world_size=2,
+        heartbeat_interval=2.0,
+        heartbeat_timeout=20.0,
+        soft_timeout=20.0,
+        hard_timeout=30.0,
+        barrier_timeout=60.0,
+        completion_timeout=60.0,
+    )
+
+
+def ft_plugin() -> FaultTolerancePlugin:
+    # Fixed section timeouts above the in-process barrier_timeout: calculated ones (about a second per step here)
+    # would let ft_launcher's rank monitor kill the survivor while NVRx restarts it (the plugin refuses them).
+    return FaultTolerancePlugin(
+        num_in_job_restarts=2,
+        calc_ft_timeouts=False,
+        section_timeouts={"setup": 120, "step": 90, "checkpointing": 90},
+        out_of_section_timeout=60,
+        workload_check_interval=1,
+    )
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory):
+    """A fault-free 2-rank run (torchrun, no resiliency plugin): the reference parameters and checkpoints."""
+    save = tmp_path_factory.mktemp("reserve-baseline")
+    task = workload_task([f"checkpoint.save={save}", *OVERRIDES], env=ENV)
+    result = run_local(task, [], name="reserve-baseline", ntasks=2, launcher="torchrun")
+    assert result.state == "SUCCEEDED", result.log[-4000:]
+    return save
+
+
+@pytest.fixture(scope="module")
+def two_kills(tmp_path_factory):
+    save = tmp_path_factory.mktemp("reserve-two-kills")
+    env = ENV | {"NRP_FAULT": f"kill@{FIRST_KILL},kill@{SECOND_KILL}", "NRP_FAULT_RANK": "1"}
+    task = workload_task([f"checkpoint.save={save}", *OVERRIDES], env=env)
+    result = run_local(task, [ft_plugin(), reserve_plugin()], name="reserve-two-kills", ntasks=3)
+    return result, save
+
+
+def before_line(result, needle: str):
+    """The job's log up to the first line containing ``needle``."""
+    end = next(i for i, line in enumerate(result.lines) if needle in line)
+    lines = result.lines[:end]
+    return dataclasses.replace(result, lines=lines, log="\n".join(lines))
+
+
+def entries(result) -> dict[int, list[tuple[int, float]]]:
+    """pid -> [(NVRx restart iteration, unix time)] for every entry into the training function."""
+    seen: dict[int, list[tuple[int, float]]] = {}
+    for line in result.lines:
+        m = _INPROCESS.search(line)
+        if m:
+            seen.setdefault(int(m.group(2)), []).append((int(m.group(1)), float(m.group(3))))
+    return seen
+
+
+def marker(save: Path, index: int) -> tuple[int, float]:
+    text = (save / ("nrp_fault_injected" + ("" if index == 0 else f".{index}"))).read_text()
+    return int(_PID.search(text).group(1)), float(re.search(r"time=([0-9.]+)", text).group(1))
+
+
+def model_at(save: Path, step: int) -> dict:
+    return torch.load(save / f"iter_{step:07d}.pt", weights_only=True)["model"]
+
+
+def test_a_killed_rank_is_replaced_by_the_reserve_in_the_same_job(baseline, two_kills, record_property):
+    result, save = two_kills
+    first = before_line(result, f"FAULT_INJECTED kind=kill step={SECOND_KILL}")
+    assert first.grep(f"FAULT_INJECTED kind=kill step={FIRST_KILL} rank=1"), result.log[-4000:]
+    starts = [_START.search(line).groups() for line in first.grep("] START rank=")]
+    assert sorted(starts) == [("0", "3", "0"), ("1", "3", "0"), ("2", "3", "0")], "one process per rank, no more"
+    assert not first.grep("will restart worker group"), "the launcher restarted what the reserve handles"
+
+    killed_pid, kill_time = marker(save, 0)
+    assert first.grep(f"RANK_DIED pid={killed_pid} signal=SIGKILL"), "the keeper did not report the killed rank"
+    assert first.grep(
+        "Hot spare activated: terminated rank (initial_rank=1, active_rank=1) replaced by spare rank "
+        "(initial_rank=2, new_active_rank=1)"
+    )
+    by_pid = entries(first)
+    assert by_pid[killed_pid] == [(0, by_pid[killed_pid][0][1])], "the killed rank entered once"
+    survivors = [pid for pid, seen in by_pid.items() if [it for it, _ in seen] == [0, 1]]
+    reserves = [pid for pid, seen in by_pid.items() if [it for it, _ in seen] == [1]]
+    assert len(survivors) == 1 and len(reserves) == 1, by_pid  # rank 0 in its own process; the reserve's first entry
+    assert len(by_pid) == 3, by_pid
+    assert len(first.grep(f"RESUMED from step {FIRST_KILL // 5 * 5}")) == 2, "both active ranks resume from step 10"
+    assert first.grep("CHECKPOINT saved step=15"), "the recovered pair trained on to the next checkpoint"
+    assert_same_params(model_at(save, 15), model_at(baseline, 15))
+
+    reentry = max(seen[-1][1] for seen in by_pid.values() if seen[-1][0] == 1) - kill_time
+    record_property("reserve_kill_to_reentry_s", round(reentry, 2))
+    record_property(
+        "reserve_kill_to_step15_checkpoint_s", round((save / "iter_0000015.pt").stat().st_mtime - kill_time, 2)
+    )
+    record_property("two_kills_wall_s", round(result.wall_s, 1))
+
+
+def test_with_no_reserve_left_the_next_kill_falls_back_to_ft_launchers_restart(baseline, two_kills):
+    result, save = two_kills
+    assert result.state == "SUCCEEDED", result.log[-4000:]
+    second = result.lines[len(before_line(result, f"FAULT_INJECTED kind=kill step={SECOND_KILL}").lines) :]
+    second_pid, _ = marker(save, 1)
+    assert any(f"FAULT_INJECTED kind=kill step={SECOND_KILL} rank=1" in line for line in second)
+    assert any(f"RANK_DIED pid={second_pid} signal=SIGKILL" in line for line in second)
+    assert any("RankDiscarded" in line for line in second), "NVRx did not give the survivor up"
+    assert len(result.grep("will restart worker group")) == 1, "exactly one launcher restart, for the second kill"
+    restarted = [line for line in second if "] START rank=" in line and "restart=1" in line]
+    assert len(restarted) == 3, "ft_launcher started the 3 ranks again (2 active + a fresh reserve)"
+    assert len([line for line in second if f"RESUMED from step {SECOND_KILL // 5 * 5}" in line]) == 2
+    assert result.grep("FINISHED step=20")
+    assert_same_params(final_params(save), final_params(baseline))

@@ -1,0 +1,161 @@
+"""InProcessRestartPlugin with a warm reserve (``active_world_size`` below the executor's ranks): what setup()
+does to real NeMo-Run tasks and executors (dry runs through ``Experiment.add`` and NeMo-Run's packaging), and the
+rank keeper's exit rules with real processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import nemo_run as run
+import pytest
+from nemo_run.core.execution.launcher import FaultTolerance
+
+from nemo_resiliency_plugins import FaultTolerancePlugin, ResiliencyConfigError
+from nemo_resiliency_plugins.inprocess_restart import InProcessRestartPlugin
+from nemo_resiliency_plugins.rank_keeper import KEEPER_MODULE, MODULE_ENV, SCRIPT_ENV
+from tests.helpers import TRAIN, add_job, launch_command
+
+WORKLOAD = "nemo_resiliency_plugins.testing.workload"
+
+
+def module_task(*args, env=None):
+    return run.Script(path=WORKLOAD, m=True, entrypoint="python", args=list(args), env=dict(env or {}))
+
+
+def three_ranks(**kw):
+    return run.LocalExecutor(ntasks_per_node=3, **kw)
+
+
+def reserve(**kw) -> InProcessRestartPlugin:
+    return InProcessRestartPlugin(**({"granularity": "rank", "active_world_size": 2} | kw))
+
+
+def test_a_reserve_runs_each_rank_under_the_keeper_with_the_task_arguments_untouched():
+    job = add_job(module_task("checkpoint.save=/tmp/ck"), three_ranks(), [reserve()])
+    assert (job.task.path, job.task.m) == (KEEPER_MODULE, True)
+    assert job.executor.env_vars[MODULE_ENV] == WORKLOAD
+    assert job.task.args[0] == "checkpoint.save=/tmp/ck"
+    assert "++inprocess_restart.active_world_size=2" in job.task.args
+    assert "++inprocess_restart.granularity=rank" in job.task.args
+    entrypoint, args, env = launch_command(job)
+    assert entrypoint == "torchrun"
+    assert args[args.index("--nproc-per-node") + 1] == "3"
+    assert args[args.index("-m") + 1] == KEEPER_MODULE
+    assert env[MODULE_ENV] == WORKLOAD
+
+
+def test_a_script_file_is_named_by_path():
+    job = add_job(run.Script(path=TRAIN, entrypoint="python"), three_ranks(), [reserve()])
+    assert job.executor.env_vars[SCRIPT_ENV] == TRAIN and job.task.path == KEEPER_MODULE
+
+
+@pytest.mark.parametrize("active", [None, 3])
+def test_without_a_reserve_the_task_is_left_alone(active):
+    job = add_job(module_task(), three_ranks(), [InProcessRestartPlugin(granularity="rank", active_world_size=active)])
+    assert job.task.path == WORKLOAD
+    assert MODULE_ENV not in job.executor.env_vars
+
+
+def test_node_granularity_needs_whole_spare_nodes():
+    with pytest.raises(ResiliencyConfigError, match="granularity.*'rank' for a reserve on a single node"):
+        add_job(module_task(), three_ranks(), [reserve(granularity="node")])
+    with pytest.raises(ResiliencyConfigError, match="a multiple of the 2 tasks per node"):
+        add_job(
+            module_task(),
+            run.LocalExecutor(nodes=3, ntasks_per_node=2),
+            [reserve(granularity="node", active_world_size=3)],
+        )
+    job = add_job(
+        module_task(), run.LocalExecutor(nodes=3, ntasks_per_node=2), [reserve(granularity="node", active_world_size=4)]
+    )
+    assert job.task.path == KEEPER_MODULE
+
+
+def test_the_reserve_counts_nodes_times_tasks_per_node():
+    with pytest.raises(ResiliencyConfigError, match=r"at most the 6 ranks .*3 node\(s\) x 2 tasks per node"):
+        add_job(module_task(), run.LocalExecutor(nodes=3, ntasks_per_node=2), [reserve(active_world_size=7)])
+
+
+def test_tasks_the_keeper_cannot_wrap_are_refused():
+    from nemo_resiliency_plugins.testing.te_compat import ensure_megatron_bridge_importable
+
+    ensure_megatron_bridge_importable()
+    from nemo_resiliency_plugins.testing import workload
+
+    partial = run.Partial(workload.pretrain, config=workload.reference_config_buildable("/tmp/nrp-ck"))
+    with pytest.raises(ResiliencyConfigError, match="run.Script tasks only"):
+        add_job(partial, three_ranks(), [reserve()])
+    with pytest.raises(ResiliencyConfigError, match="inline"):
+        add_job(run.Script(inline="python train.py"), three_ranks(), [reserve()])
+    with pytest.raises(ResiliencyConfigError, match="task.entrypoint"):
+        add_job(run.Script(path="train.sh"), three_ranks(), [reserve()])
+    with pytest.raises(ResiliencyConfigError, match="task.path"):
+        add_job(run.Script(path="train;rm -rf x.py", entrypoint="python"), three_ranks(), [reserve()])
+
+
+def test_a_users_keeper_target_is_never_overwritten():
+    with pytest.raises(ResiliencyConfigError, match=MODULE_ENV):
+        add_job(module_task(), three_ranks(env_vars={MODULE_ENV: "other.module"}), [reserve()])
+
+
+def test_calculated_ft_timeouts_are_refused_with_a_reserve_and_fixed_ones_accepted():
+    with pytest.raises(ResiliencyConfigError, match="calc_ft_timeouts=False"):
+        add_job(module_task(), three_ranks(), [FaultTolerancePlugin(), reserve()])
+    ft = FaultTolerancePlugin(
+        calc_ft_timeouts=False, section_timeouts={"setup": 300, "step": 300, "checkpointing": 300}
+    )
+    job = add_job(module_task(), three_ranks(), [ft, reserve()])
+    assert isinstance(job.executor.launcher, FaultTolerance)
+    entrypoint, args, _ = launch_command(job)
+    assert entrypoint == "ft_launcher" and args[args.index("-m") + 1] == KEEPER_MODULE
+
+
+# ------------------------------------------------------------------------------------------ the keeper itself
+
+
+def keeper(code: str, *, local_world_size: int = 1) -> subprocess.Popen:
+    env = os.environ | {MODULE_ENV: "", SCRIPT_ENV: "", "LOCAL_WORLD_SIZE": str(local_world_size)}
+    env.pop(MODULE_ENV)
+    env[SCRIPT_ENV] = "-c"
+    return subprocess.Popen([sys.executable, "-m", KEEPER_MODULE, code], env=env, stdout=subprocess.PIPE, text=True)
+
+
+def test_an_exit_code_is_passed_on():
+    assert keeper("import sys; sys.exit(3)").wait(60) == 3
+    assert keeper("pass").wait(60) == 0
+
+
+def test_a_killed_rank_with_no_rank_left_on_the_node_is_reported_to_the_launcher():
+    proc = keeper("import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
+    assert proc.wait(60) == -signal.SIGKILL
+    assert "no rank of this node is alive" in proc.stdout.read()
+
+
+def test_a_launcher_stop_is_forwarded_and_the_keeper_dies_the_same_way():
+    proc = keeper("import time; print('up', flush=True); time.sleep(60)")
+    assert proc.stdout.readline().strip() == "up"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == -signal.SIGTERM
+
+
+def test_a_killed_rank_waits_while_a_sibling_rank_lives_and_leaves_with_0_when_it_finished(tmp_path):
+    """Two keepers under one parent (as under torchrun): rank A is killed, rank B finishes a moment later."""
+    killed = "import os, signal, time; time.sleep(1); os.kill(os.getpid(), signal.SIGKILL)"
+    finishing = "import time; time.sleep(4)"
+    parent = f"""
+import os, subprocess, sys
+env = dict(os.environ, LOCAL_WORLD_SIZE="2", {SCRIPT_ENV}="-c")
+env.pop("{MODULE_ENV}", None)
+a = subprocess.Popen([sys.executable, "-m", "{KEEPER_MODULE}", {killed!r}], env=env)
+b = subprocess.Popen([sys.executable, "-m", "{KEEPER_MODULE}", {finishing!r}], env=env)
+print(a.wait(), b.wait(), flush=True)
+"""
+    started = time.monotonic()
+    out = subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip().splitlines()[-1] == "0 0", out.stdout + out.stderr
+    assert "RANK_DIED" in out.stdout and "the other ranks finished: exit 0" in out.stdout
+    assert time.monotonic() - started >= 4, "the killed rank's keeper left before its sibling finished"
