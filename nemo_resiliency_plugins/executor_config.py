@@ -336,6 +336,19 @@ def check_fault_tolerance(executor: Any, *, plugin: str) -> None:
     for_executor(executor, plugin=plugin).check_fault_tolerance(plugin)
 
 
+def platform_stop(executor: Any, *, plugin: str) -> tuple[float | None, str]:
+    """How the platform stops this executor's job: (SIGTERM -> SIGKILL grace in seconds if the executor says,
+    a sentence for the user). For plugins whose mechanism depends on that signal (preemption)."""
+    rules = for_executor(executor, plugin=plugin)
+    return rules.grace_period_s(), rules.preemption_note
+
+
+def note_no_effect(executor: Any, *, plugin: str, field: str, why: str) -> None:
+    """Say (in the log) that a plugin setting does nothing on this executor, and why; never silence."""
+    rules = for_executor(executor, plugin=plugin)
+    logger.info("%s.%s has no effect on %s: %s", plugin, field, rules.label, why)
+
+
 def require_program(task: Any, executor: Any, program: str, *, plugin: str, fix: str) -> None:
     """On executors that run here, fail at setup (not as a FAILED job) when ``program`` is not on PATH."""
     if not for_executor(executor, plugin=plugin).runs_here:

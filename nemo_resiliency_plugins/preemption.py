@@ -4,7 +4,10 @@ Drop-in for ``megatron.bridge.recipes.run_plugins.PreemptionPlugin`` (same field
 on a ``SlurmExecutor`` it asks Slurm for a signal ``preempt_time`` seconds before the time limit, and on
 every executor it switches on Megatron Bridge's exit handler (``train.exit_signal_handler``), which checks
 for the signal after each step, saves a checkpoint and exits 0. Other schedulers (Kubernetes, Lepton, a
-local run stopped with ``kill``) send SIGTERM too, so the handler is kept there; no Slurm field is set.
+local run stopped with ``kill``) send SIGTERM too, so the handler is kept there; no Slurm field is set, the
+plugin logs that ``preempt_time`` has no effect, and where the executor exposes the platform's SIGTERM ->
+SIGKILL grace period (Kubeflow's ``terminationGracePeriodSeconds``, 30 s by default; Docker's stop timeout)
+it warns when ``ft_state.json`` says one step plus one save takes longer.
 
 What it does differently, each point measured or checked against Megatron Bridge 0.6.2, NeMo-Run 0.11.1,
 NVRx 0.7.0 and Slurm 22.05 (the local cluster of ``.ci/slurm-up``):
@@ -185,7 +188,18 @@ class PreemptionPlugin(run.Plugin):
             executor_config.set_slurm_field(executor, "signal", self.slurm_signal, plugin=name, field="preempt_time")
             executor_config.forward_batch_signal_to_tasks(executor, self.signal.name.removeprefix("SIG"), plugin=name)
             executor_config.guard_ft_requeue(executor, plugin=name)
-        self._warn_if_too_short(task)
+            self._warn_if_too_short(task)
+        else:
+            executor_config.note_no_effect(
+                executor,
+                plugin=name,
+                field="preempt_time",
+                why=(
+                    "only Slurm can be asked for a signal before a time limit; the exit handler still saves on a "
+                    "SIGTERM the platform sends"
+                ),
+            )
+            self._warn_if_grace_too_short(task, executor)
 
     def script_args(self) -> PreemptionPluginScriptArgs:
         return PreemptionPluginScriptArgs(
@@ -215,6 +229,19 @@ class PreemptionPlugin(run.Plugin):
                 detail="Slurm would send the signal at or before the job starts",
             )
 
+    def _warn_if_grace_too_short(self, task: Any, executor: Any) -> None:
+        """Off Slurm the platform's SIGTERM -> SIGKILL grace period, not ``preempt_time``, bounds the save:
+        warn when ``ft_state.json`` says one step plus one save takes longer; log what the platform does."""
+        name = type(self).__name__
+        grace, how = executor_config.platform_stop(executor, plugin=name)
+        estimate = step_plus_save_seconds(task_config.read_config_field(task, "checkpoint", "save", plugin=name))
+        if grace is not None and estimate is not None and estimate > grace:
+            message = _grace_message(name, grace, estimate, how)
+            warnings.warn(message, PreemptionTimeWarning, stacklevel=3)
+            logger.warning(message)
+        elif how:
+            logger.info("%s: %s", name, how)
+
     def _warn_if_too_short(self, task: Any) -> None:
         """Warn when ``ft_state.json`` says one step plus one save may take longer than ``preempt_time``."""
         estimate = step_plus_save_seconds(
@@ -230,6 +257,14 @@ class PreemptionPlugin(run.Plugin):
         )
         warnings.warn(message, PreemptionTimeWarning, stacklevel=3)
         logger.warning(message)
+
+
+def _grace_message(plugin: str, grace: float, estimate: float, how: str) -> str:
+    return (
+        f"{plugin}: the platform gives a stopped job {grace:g} s between SIGTERM and SIGKILL, and Megatron Bridge's "
+        f"computed FT timeouts put one step plus one checkpoint save at up to {estimate:.0f} s: the save would be "
+        f"killed. Raise the grace period ({how})"
+    )
 
 
 def step_plus_save_seconds(checkpoint_dir: Any) -> float | None:

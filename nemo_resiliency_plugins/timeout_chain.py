@@ -7,7 +7,8 @@ Each mechanism has its own clock, and they only work in a certain order, which n
 * in-process restart needs ``soft_timeout < hard_timeout < barrier_timeout`` and an NCCL watchdog
   (``dist.distributed_timeout_minutes``) longer than ``hard_timeout``, or NCCL tears the job down first;
 * ``preempt_time`` must leave time for one step plus one checkpoint save;
-* the launcher's SIGTERM -> SIGKILL grace period must outlast that save;
+* the launcher's SIGTERM -> SIGKILL grace period must outlast that save, and so must the platform's where it
+  stops pods or containers (Kubernetes' ``terminationGracePeriodSeconds``, 30 s by default);
 * the Slurm time limit must exceed all of these.
 
 Plugins are read by class name and field, so this module works with whichever plugins are installed.
@@ -121,6 +122,17 @@ def timeout_chain(
                 "save",
             )
         )
+        grace = _platform_grace_s(executor)
+        if grace is not None:
+            links.append(
+                _cmp(
+                    "platform SIGTERM->SIGKILL grace > one step + one save",
+                    grace,
+                    need,
+                    "grace period",
+                    "step + save",
+                )
+            )
         if limit is not None:
             links.append(
                 Link(
@@ -142,6 +154,21 @@ def timeout_chain(
                 )
             )
     return links
+
+
+def _platform_grace_s(executor: Any) -> float | None:
+    """Off Slurm, the seconds a platform waits between SIGTERM and SIGKILL (Kubernetes' 30 s default), when
+    the executor exposes it; None on Slurm (``preempt_time`` is the budget there) or when unknown."""
+    if executor is None:
+        return None
+    from nemo_resiliency_plugins.errors import ResiliencyConfigError
+    from nemo_resiliency_plugins.executors import for_executor
+
+    try:
+        rules = for_executor(executor)
+    except ResiliencyConfigError:
+        return None
+    return rules.grace_period_s()
 
 
 def _cmp(name: str, bound: float | None, actual: float | None, bound_name: str, actual_name: str) -> Link:
