@@ -39,10 +39,11 @@ def venv_bin() -> str:
 # ft_launcher's fixed 3 s exit grace, NeMo-Run's 2 s status polling), and two workers overlap those waits.
 # Grouping keeps every module-scoped fixture that launches jobs computed once: such a test file is one unit of
 # work, and the Slurm tests share one worker (one session of the `local_slurm` fixture, so only one of them can
-# bring the cluster up).
+# bring the cluster up); so do the Docker tests (`local_docker`).
 # Units start longest first (measured: the README's "Test budget"), so the last one to finish is a short one.
 _FIRST = (
     "slurm",
+    "docker",
     "tests/smoke/test_benchmark_smoke.py",
     "tests/smoke/test_rehearse.py",
     "tests/testing/test_workload.py",
@@ -63,6 +64,8 @@ _WHOLE_FILES = ("tests/smoke/", "tests/testing/")
 def _group(item: pytest.Item) -> str | None:
     if item.get_closest_marker("slurm"):
         return "slurm"
+    if item.get_closest_marker("docker"):  # one worker: one session of `local_docker`, started early
+        return "docker"
     path = item.nodeid.split("::", 1)[0]
     return path if path.startswith(_WHOLE_FILES) else None
 

@@ -1,0 +1,88 @@
+"""FaultTolerancePlugin on NeMo-Run's real DockerExecutor: the reference workload under NVRx's ft_launcher in a
+container of the local Docker daemon (.ci/docker-up), with real faults. Nothing is mocked: docker-py and
+dockerd start the container, NeMo-Run writes and mounts the job directory (the section timeouts reach the rank
+monitor through its ``<job>_executor.yaml``), torch + gloo ranks train, Megatron Bridge's hooks report sections.
+
+One faulty launch proves two recoveries (``NRP_FAULT=kill@13,hang@17``, restart budget 3): rank 1 killed at step
+13 and restarted, then rank 1 hung at step 17 and caught by the step section timeout. Its final parameters must be
+bit-identical to a fault-free Docker job's. Timeouts are the ``local-smoke`` recipe's (step 10 s, check every 1 s).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from nemo_resiliency_plugins.recipes import get_recipe
+from tests.helpers import assert_same_params, final_params, workload_script
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+STEPS = 20  # the reference config's train.train_iters; checkpoint every 5 steps
+KILL_STEP = 13  # resume from step 10
+HANG_STEP = 17  # after the kill: resume from step 15
+STEP_TIME = "0.15"
+STEP_TIMEOUT = 10.0  # the local-smoke recipe's step section timeout
+
+
+def launch(local_docker, save: Path, fault: str | None, name: str):
+    plugins = get_recipe("local-smoke")
+    (ft,) = plugins
+    assert ft.section_timeouts["step"] == STEP_TIMEOUT and ft.num_in_job_restarts >= 2
+    task = workload_script(save, fault, step_time=STEP_TIME, fault_step=KILL_STEP)
+    executor = local_docker.executor(ntasks=2, writable=[save])
+    return local_docker.run(task, executor, plugins, name=name)
+
+
+@pytest.fixture(scope="module")
+def fault_free(local_docker, tmp_path_factory):
+    save = tmp_path_factory.mktemp("docker-baseline")
+    return launch(local_docker, save, None, "ft-docker-baseline"), save
+
+
+@pytest.fixture(scope="module")
+def kill_then_hang(local_docker, tmp_path_factory):
+    save = tmp_path_factory.mktemp("docker-kill-hang")
+    return launch(local_docker, save, f"kill@{KILL_STEP},hang@{HANG_STEP}", "ft-docker-kill-hang"), save
+
+
+def test_fault_free_job_runs_in_a_container_under_ft_launcher(fault_free, record_property):
+    result, save = fault_free
+    record_property("docker_fault_free_wall_s", round(result.wall_s, 1))
+    assert result.state == "SUCCEEDED", result.log[-4000:]
+    assert result.grep(f"FINISHED step={STEPS}")
+    assert not result.grep("will restart"), "a healthy job was restarted"
+    # What only a DockerExecutor job leaves: the container's exit status, written by its own command line.
+    (status,) = Path(result.job_dir).glob("status_*.out")
+    assert json.loads(status.read_text())["exit_code"] == "0"
+    # The rank monitor's config travels in NeMo-Run's executor YAML, mounted at /nemo_run/configs.
+    (config,) = Path(result.job_dir, "configs").glob("*_executor.yaml")
+    sections = yaml.safe_load(config.read_text())["launcher"]["fault_tolerance"]["rank_section_timeouts"]
+    assert sections["step"] == STEP_TIMEOUT
+    assert (save / "final_params.pt").exists()
+
+
+def test_killed_rank_is_restarted_and_resumes_with_nothing_lost(kill_then_hang, fault_free, record_property):
+    result, save = kill_then_hang
+    record_property("docker_kill_then_hang_wall_s", round(result.wall_s, 1))
+    assert result.state == "SUCCEEDED", result.log[-4000:]
+    assert result.grep(f"FAULT_INJECTED kind=kill step={KILL_STEP}")
+    assert len(result.grep("RESUMED from step 10")) == 2, "both ranks resume from the last checkpoint before the kill"
+    assert_same_params(final_params(save), final_params(fault_free[1]))
+
+
+def test_hang_is_caught_by_the_step_section_timeout(kill_then_hang, fault_free):
+    result, save = kill_then_hang
+    assert result.state == "SUCCEEDED", result.log[-4000:]
+    assert result.grep(f"FAULT_INJECTED kind=hang step={HANG_STEP}")
+    lines = result.grep("Section 'step' has been open for")
+    assert lines, "NVRx did not name the step section for the hang:\n" + result.log[-4000:]
+    waited = float(re.search(r"has been open for ([0-9.]+) seconds", lines[0]).group(1))
+    assert STEP_TIMEOUT <= waited < STEP_TIMEOUT + 3, f"detected by the 10 s step timeout (+ 1 s checks): {waited}"
+    assert len(result.grep("RESUMED from step 15")) == 2, "both ranks resume from the last checkpoint before the hang"
+    assert len(result.grep("will restart worker group")) == 2, "one restart per fault"
+    assert_same_params(final_params(save), final_params(fault_free[1]))
