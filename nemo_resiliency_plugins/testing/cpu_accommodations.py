@@ -1,9 +1,33 @@
 """The reference workload's CPU accommodations: each lets Megatron Bridge's or NVRx's real code run on a host
 without CUDA, for the duration of one call only, and does nothing where CUDA is available.
 
-Why each exists is written beside it; the reference workload's module docstring lists them. None of them is
-part of the plugins: they make the proofs possible on CPU machines (CI), and the GPU proof
-(``benchmarks/gpu/``) runs the same code without them.
+Why each exists is written beside it. None of them is part of the plugins: they make the proofs possible on CPU
+machines (CI), and the GPU proof (``benchmarks/gpu/``) runs the same code without them. The list (each also marked
+``# CPU accommodation:`` where it acts, most of them in this module):
+
+    * ``maybe_setup_simulated_fault`` puts a one-element broadcast tensor on ``torch.cuda.current_device()``;
+      on a host without CUDA that call is redirected to the CPU for the duration of the call only.
+    * NVRx straggler detection (see ``../shared/research/ft-cpu.md`` section 6): NVRx's CUPTI extension cannot
+      load here (it needs a newer libstdc++ and a GPU), so while the manager initialises, NVRx's
+      ``CuptiManager`` is replaced by ``CpuKernelClock``, which reports the CPU time of the step's compute
+      part (forward, loss, backward and the injected delay; not the gradient all-reduce, as NVRx leaves NCCL
+      kernels out) as one "kernel". NVRx's report code and Megatron Bridge's thresholds then apply to it
+      unchanged. ``torch.cuda.synchronize`` (NVRx's report), ``torch.cuda.current_device`` (NVRx's interval
+      tracker, Megatron Bridge's stop flag broadcast) are redirected to the CPU during those calls only.
+    * Re-run state machine: Megatron Core's ``RerunStateMachine`` saves and restores the CUDA RNG state and
+      all-reduces its flags in CUDA tensors. During the train step ``torch.cuda.get_rng_state``/``set_rng_state``
+      are no-ops (there is no CUDA RNG) and ``current_device`` answers "cpu", and the machine's ``_reduce_any`` is
+      replaced on the instance by the same all-reduce on CPU tensors (gloo).
+    * In-process restart (see ``../shared/research/ft-cpu.md`` section 5): (a) NVRx's ``Wrapper`` adds NVML
+      GPU/NVLink/NIC health checks when ``LOCAL_RANK`` is set, which fail on a host without NVML at the first
+      restart; ``LOCAL_RANK`` is hidden while Megatron Bridge constructs the wrapper, and only then. (b) NVRx's
+      ``AbortTorchDistributed`` aborts only NCCL backends and gloo has no working abort, so a rank blocked in a
+      gloo collective is released only by the process-group timeout: inside the wrapper the gloo group uses
+      ``NRP_IPR_PG_TIMEOUT`` seconds (default 10) instead of ``dist.distributed_timeout_minutes`` (which on GPUs
+      is the NCCL watchdog the plugin sets above ``hard_timeout``).
+    * Test accommodation: :func:`reference_config_buildable` builds ``env_vars`` through :func:`no_env_vars`
+      so that a fresh process deserializing the tree (NeMo-Run's fdl_runner) imports this module, and with
+      it :mod:`~nemo_resiliency_plugins.testing.te_compat`, before any Megatron Bridge class.
 """
 
 from __future__ import annotations

@@ -6,10 +6,11 @@ so every module of the workload writes them through :func:`log`.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 
-__all__ = ["log", "rank_from_env"]
+__all__ = ["log", "rank_from_env", "route_logger"]
 
 
 def rank_from_env() -> int:
@@ -29,3 +30,16 @@ def log(msg: str) -> None:
     # One write per line, so lines of concurrently printing ranks do not interleave.
     sys.stdout.write(f"[rank{rank}] {msg}\n")
     sys.stdout.flush()
+
+
+def route_logger(name: str, rank: int) -> None:
+    """Print a library logger's INFO+ records on stdout, prefixed like :func:`log` (once per logger)."""
+    lib_logger = logging.getLogger(name)
+    if any(getattr(h, "_nrp_route", False) for h in lib_logger.handlers):
+        return
+    handler = logging.StreamHandler(sys.stdout)
+    handler._nrp_route = True  # type: ignore[attr-defined]
+    handler.setFormatter(logging.Formatter(f"[rank{rank}] %(name)s %(levelname)s: %(message)s"))
+    lib_logger.addHandler(handler)
+    lib_logger.setLevel(logging.INFO)
+    lib_logger.propagate = False

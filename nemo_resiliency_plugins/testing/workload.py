@@ -66,31 +66,8 @@ what the smoke proofs show:
       ModelOpt prerequisites (Megatron Bridge's ``train.py`` imports ``modelopt``); data resumes from a
       checkpointed RNG stream instead of skipping consumed samples (both bit-exact).
 
-CPU accommodations (each marked ``# CPU accommodation:`` in the code, most of them in
-:mod:`~nemo_resiliency_plugins.testing.cpu_accommodations`):
-    * ``maybe_setup_simulated_fault`` puts a one-element broadcast tensor on ``torch.cuda.current_device()``;
-      on a host without CUDA that call is redirected to the CPU for the duration of the call only.
-    * NVRx straggler detection (see ``../shared/research/ft-cpu.md`` section 6): NVRx's CUPTI extension cannot
-      load here (it needs a newer libstdc++ and a GPU), so while the manager initialises, NVRx's
-      ``CuptiManager`` is replaced by ``CpuKernelClock``, which reports the CPU time of the step's compute
-      part (forward, loss, backward and the injected delay; not the gradient all-reduce, as NVRx leaves NCCL
-      kernels out) as one "kernel". NVRx's report code and Megatron Bridge's thresholds then apply to it
-      unchanged. ``torch.cuda.synchronize`` (NVRx's report), ``torch.cuda.current_device`` (NVRx's interval
-      tracker, Megatron Bridge's stop flag broadcast) are redirected to the CPU during those calls only.
-    * Re-run state machine: Megatron Core's ``RerunStateMachine`` saves and restores the CUDA RNG state and
-      all-reduces its flags in CUDA tensors. During the train step ``torch.cuda.get_rng_state``/``set_rng_state``
-      are no-ops (there is no CUDA RNG) and ``current_device`` answers "cpu", and the machine's ``_reduce_any`` is
-      replaced on the instance by the same all-reduce on CPU tensors (gloo).
-    * In-process restart (see ``../shared/research/ft-cpu.md`` section 5): (a) NVRx's ``Wrapper`` adds NVML
-      GPU/NVLink/NIC health checks when ``LOCAL_RANK`` is set, which fail on a host without NVML at the first
-      restart; ``LOCAL_RANK`` is hidden while Megatron Bridge constructs the wrapper, and only then. (b) NVRx's
-      ``AbortTorchDistributed`` aborts only NCCL backends and gloo has no working abort, so a rank blocked in a
-      gloo collective is released only by the process-group timeout: inside the wrapper the gloo group uses
-      ``NRP_IPR_PG_TIMEOUT`` seconds (default 10) instead of ``dist.distributed_timeout_minutes`` (which on GPUs
-      is the NCCL watchdog the plugin sets above ``hard_timeout``).
-    * Test accommodation: :func:`reference_config_buildable` builds ``env_vars`` through :func:`no_env_vars`
-      so that a fresh process deserializing the tree (NeMo-Run's fdl_runner) imports this module, and with
-      it :mod:`~nemo_resiliency_plugins.testing.te_compat`, before any Megatron Bridge class.
+CPU accommodations: each is marked ``# CPU accommodation:`` in the code and listed, with why, in
+:mod:`~nemo_resiliency_plugins.testing.cpu_accommodations`.
 
 Interfaces
 ----------
@@ -149,7 +126,6 @@ import dataclasses
 import gc
 import hashlib
 import json
-import logging
 import os
 import signal
 import sys
@@ -160,6 +136,7 @@ from nemo_resiliency_plugins.testing.faults import FAULT_KINDS, FaultInjector, F
 from nemo_resiliency_plugins.testing.process_group import init_process_group
 from nemo_resiliency_plugins.testing.rank_log import log as _log
 from nemo_resiliency_plugins.testing.rank_log import rank_from_env as _rank_from_env
+from nemo_resiliency_plugins.testing.rank_log import route_logger as _route_logger
 from nemo_resiliency_plugins.testing.te_compat import ensure_megatron_bridge_importable
 
 # Importing Megatron Bridge creates millions of objects (every model bridge it ships); the cyclic garbage
@@ -206,6 +183,8 @@ from nemo_resiliency_plugins.testing.reference_config import (  # noqa: E402
     reference_config,
     reference_config_buildable,
 )
+from nemo_resiliency_plugins.testing.straggler_hooks import check_nvrx_straggler as _check_nvrx_straggler  # noqa: E402
+from nemo_resiliency_plugins.testing.straggler_hooks import setup_nvrx_straggler as _setup_nvrx_straggler  # noqa: E402
 
 if _GC_WAS_ENABLED:
     gc.enable()
@@ -284,19 +263,6 @@ def config_summary(cfg: ConfigContainer) -> dict[str, Any]:
 def _ft_enabled(cfg: ConfigContainer) -> bool:
     # Same test as Megatron Bridge's setup(): a plain dict here (the `+ft.x=...` trap) fails like a real run.
     return bool(cfg.ft and cfg.ft.enable_ft_package)
-
-
-def _route_logger(name: str, rank: int) -> None:
-    """Print a library logger's INFO+ records on stdout, prefixed like :func:`_log` (once per logger)."""
-    lib_logger = logging.getLogger(name)
-    if any(getattr(h, "_nrp_route", False) for h in lib_logger.handlers):
-        return
-    handler = logging.StreamHandler(sys.stdout)
-    handler._nrp_route = True  # type: ignore[attr-defined]
-    handler.setFormatter(logging.Formatter(f"[rank{rank}] %(name)s %(levelname)s: %(message)s"))
-    lib_logger.addHandler(handler)
-    lib_logger.setLevel(logging.INFO)
-    lib_logger.propagate = False
 
 
 def _build_optimizer(cfg: ConfigContainer, params) -> torch.optim.Optimizer:
@@ -588,35 +554,6 @@ def _step_times_line(seconds: list[float]) -> str:
         f"STEP_TIMES n={len(ordered)} median_ms={median * 1e3:.3f} "
         f"min_ms={ordered[0] * 1e3:.3f} max_ms={ordered[-1] * 1e3:.3f}"
     )
-
-
-def _setup_nvrx_straggler(state: GlobalState, trainer: _Trainer):
-    """Megatron Bridge's train(): initialise the NVRx manager and wrap the train step; a failure disables it."""
-    manager = state.nvrx_straggler_manager  # Megatron Bridge builds it when cfg.nvrx_straggler is set
-    if manager is None:
-        return trainer.train_step
-    _route_logger(manager.config.logger_name, trainer.rank)
-    try:
-        with cpu.cupti_stand_in():
-            manager.initialize()
-        return manager.wrap_train_step_function(trainer.train_step)
-    except Exception as e:  # what Megatron Bridge does: report, then train on without detection
-        if trainer.rank == 0:
-            _log(f"Failed to initialize NVRx straggler detection: {e}")
-        state._nvrx_straggler_manager = None
-        return trainer.train_step
-
-
-def _check_nvrx_straggler(state: GlobalState, rank: int, elapsed_s: float) -> bool:
-    """Megatron Bridge's ``check_nvrx_straggler_detection``; True when the job should stop."""
-    manager = state.nvrx_straggler_manager
-    if manager is None:
-        return False
-    with cpu.cuda_calls_on_cpu():
-        stop = mb_nvrx_straggler.check_nvrx_straggler_detection(manager)
-    if rank == 0 and manager.initialized and mb_nvrx_straggler.straggler.Detector.is_interval_elapsed():
-        _log(f"STRAGGLER_REPORT step={state.train_state.step} elapsed_s={elapsed_s:.2f}")
-    return stop
 
 
 # ----------------------------------------------------------------------------------------------------------
