@@ -20,7 +20,8 @@ from nemo_resiliency_plugins.errors import ResiliencyConfigError
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 # Names that may reach a shell, a Hydra override or a YAML file unquoted. Every pattern here is used with
-# re.fullmatch: Python's ``$`` also matches before a trailing newline, so ``re.match(r"...$")`` accepts "x\n".
+# re.fullmatch: Python's end-of-string anchor also matches before a trailing newline, so an anchored re.match
+# would accept "x\n".
 _SAFE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: The characters ``shlex.quote`` leaves unquoted: a word made only of these means the same to bash quoted or
 #: not, so it is safe on a line NeMo-Run writes without quotes (``export NAME=value``, an ``srun`` argument).

@@ -98,6 +98,13 @@ _SLURM_FT = {
     "num_job_retries_on_failure": 2,
     "calc_ft_timeouts": True,
 }
+# slurm-pretraining's plugins; slurm-pretraining-local-checkpoints adds one (Recipe.build deep-copies the settings).
+_SLURM_PRETRAINING = {
+    "FaultTolerancePlugin": _SLURM_FT,
+    "PreemptionPlugin": {"preempt_time": 60},
+    "StragglerDetectionPlugin": {"gpu_relative_perf_threshold": 0.7, "report_time_interval": 300.0},
+    "AsyncCheckpointPlugin": {},
+}
 
 RECIPES: dict[str, Recipe] = {
     r.name: r
@@ -113,12 +120,7 @@ RECIPES: dict[str, Recipe] = {
                 "checkpoints saved asynchronously (NVRx's writer, torch_dist), so a save does not stall training."
             ),
             executors=("slurm",),
-            plugins={
-                "FaultTolerancePlugin": _SLURM_FT,
-                "PreemptionPlugin": {"preempt_time": 60},
-                "StragglerDetectionPlugin": {"gpu_relative_perf_threshold": 0.7, "report_time_interval": 300.0},
-                "AsyncCheckpointPlugin": {},
-            },
+            plugins=_SLURM_PRETRAINING,
             notes=("AsyncCheckpointPlugin needs checkpoint.save on the task (a torch_dist or fsdp_dtensor format).",),
         ),
         Recipe(
@@ -132,10 +134,7 @@ RECIPES: dict[str, Recipe] = {
             ),
             executors=("slurm",),
             plugins={
-                "FaultTolerancePlugin": _SLURM_FT,
-                "PreemptionPlugin": {"preempt_time": 60},
-                "StragglerDetectionPlugin": {"gpu_relative_perf_threshold": 0.7, "report_time_interval": 300.0},
-                "AsyncCheckpointPlugin": {},
+                **_SLURM_PRETRAINING,
                 "LocalCheckpointPlugin": {
                     "non_persistent_local_ckpt_dir": "/local/scratch/ckpt",
                     "non_persistent_save_interval": 20,
