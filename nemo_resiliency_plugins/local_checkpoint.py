@@ -40,7 +40,9 @@ naming the settings involved):
   damaged later is not) makes Megatron Bridge 0.6.2's load raise and the job fail at start, on every restart,
   until the file is removed: it does *not* fall back to the persistent checkpoint by itself. That is loud,
   not a silent restart from scratch; remove ``<dir>/<rank>`` on the affected node (or the whole dir) to resume
-  from the newest persistent checkpoint.
+  from the newest persistent checkpoint. Seen on Megatron Bridge's real loop on an H200 (a truncated
+  ``iter_0000034_0_local.pt``: ``PytorchStreamReader failed reading zip archive`` on every attempt, persistent
+  step 30 never tried; ``benchmarks/results/gpu/2026-12-04-evening/summary.md``).
 * ``checkpoint.also_save_hf_checkpoint`` is refused (Megatron Bridge's ``finalize()`` does the same).
 """
 

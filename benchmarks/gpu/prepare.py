@@ -19,7 +19,9 @@ import sys
 import nemo_run as run
 
 from nemo_resiliency_plugins import FaultTolerancePlugin
+from nemo_resiliency_plugins.async_checkpoint import AsyncCheckpointPlugin
 from nemo_resiliency_plugins.inprocess_restart import InProcessRestartPlugin
+from nemo_resiliency_plugins.local_checkpoint import LocalCheckpointPlugin
 from nemo_resiliency_plugins.preemption import PreemptionPlugin
 from nemo_resiliency_plugins.rerun import RerunStateMachinePlugin
 from nemo_resiliency_plugins.straggler import StragglerDetectionPlugin
@@ -46,6 +48,14 @@ STRAGGLER = dict(
 FT_CALC = dict(FT, calc_ft_timeouts=True)
 PREEMPTION = dict(preempt_time=60)
 RERUN = dict(rerun_mode="validate_results", check_for_nan_in_loss=True, error_injection_rate=8)
+# Issue 20's checkpoint plugins on the real loop: async saves (NVRx's persistent worker) and node-local
+# checkpoints every 2 steps against persistent ones every 10 (pretrain_entry.py's save_interval).
+ASYNC = dict()
+LOCAL = dict(non_persistent_local_ckpt_dir="/tmp/pretrain_proof/local_ckpt", non_persistent_save_interval=2)
+# PreemptionPlugin and the checkpoint plugins check the save settings they build on (a run that resumes needs
+# checkpoint.save = checkpoint.load), so their task shows them as a user's script would; pretrain_proof.py then
+# points save and load at each job's own directory.
+CHECKPOINT_ARGS = ["checkpoint.save=/tmp/pretrain_proof/ckpt", "checkpoint.save_interval=10"]
 INPROCESS = dict(
     granularity="rank",
     heartbeat_interval=2.0,
@@ -57,8 +67,8 @@ INPROCESS = dict(
 )
 
 
-def _apply(plugin: run.Plugin) -> dict:
-    task = run.Script(path=ENTRY, entrypoint="python")
+def _apply(plugin: run.Plugin, args: list[str] | None = None) -> dict:
+    task = run.Script(path=ENTRY, entrypoint="python", args=list(args or []))
     executor = run.LocalExecutor(ntasks_per_node=1)
     plugin.setup(task, executor)
     launcher = executor.launcher
@@ -94,8 +104,10 @@ def main(out_dir: str) -> None:
         "straggler": _apply(StragglerDetectionPlugin(**STRAGGLER)),
         "inprocess_restart": _apply(InProcessRestartPlugin(**INPROCESS)),
         "fault_tolerance_calc": _apply(FaultTolerancePlugin(**FT_CALC)),
-        "preemption": _apply(PreemptionPlugin(**PREEMPTION)),
+        "preemption": _apply(PreemptionPlugin(**PREEMPTION), CHECKPOINT_ARGS),
         "rerun": _apply(RerunStateMachinePlugin(**RERUN)),
+        "async_checkpoint": _apply(AsyncCheckpointPlugin(**ASYNC), CHECKPOINT_ARGS),
+        "local_checkpoint": _apply(LocalCheckpointPlugin(**LOCAL), CHECKPOINT_ARGS),
     }
     with open(os.path.join(out_dir, "ft_launcher.yaml"), "w") as f:
         f.write(yaml_text)

@@ -18,6 +18,13 @@ separates groups run one after the other; default: all, one at a time):
   rerun     RerunStateMachinePlugin with error_injection_rate -> Megatron Core's exit code
   straggler StragglerDetectionPlugin, the step's GPU kernel 3x slower from step 120 -> Megatron Bridge's warning
   inprocess InProcessRestartPlugin, an exception raised at step 25 -> same process? (Megatron-Bridge#5187)
+  async     FT + AsyncCheckpointPlugin, rank SIGKILLed at step 25 -> resumes from the async step-20 save; step time
+            of the steps that saved, against base's synchronous saves
+  local     FT + LocalCheckpointPlugin (local every 2 steps, persistent every 10), SIGKILL at step 25 -> resumes
+            from the local step-24 checkpoint: 1 step redone instead of 5
+  localbad  FT + LocalCheckpointPlugin: run 1 is SIGKILLed at step 35 with no restart left (local 34, persistent
+            30), every local checkpoint file is then truncated, run 2: does Megatron Bridge fall back to the
+            persistent step 30, or fail, or start from scratch?
 
 Writes ``<out>/pretrain_logs.tar.gz`` (one time-stamped log per job), ``summary.json`` and ``summary.md``.
 """
@@ -41,7 +48,10 @@ from gpu_proof import Job  # noqa: E402
 ENTRY = os.path.join("benchmarks", "gpu", "pretrain_entry.py")
 ITERS = 40
 WORK = "/tmp/pretrain_proof"
-ALL = ("base", "kill", "hang", "sigterm", "calc", "rerun", "straggler", "inprocess")
+ALL = ("base", "kill", "hang", "sigterm", "calc", "rerun", "straggler", "inprocess", "async", "local", "localbad")
+# Where each job saves and loads: the plugins that check autoresume saw a placeholder checkpoint.save (prepare.py)
+# and set checkpoint.load to it; every job gets its own directory for both, as that setup would give it.
+JOB_DIR_FIELDS = ("checkpoint.save=", "checkpoint.load=", "checkpoint.non_persistent_local_ckpt_dir=")
 
 
 def _float(job: Job, pattern: str, group: int = 1) -> float | None:
@@ -65,6 +75,35 @@ def final(job: Job) -> tuple[int | None, str | None]:
         return None, None
     m = re.search(r"FINISHED step=(\d+) params_sha256=(\w+)", hit[1])
     return int(m.group(1)), m.group(2)
+
+
+def job_args(plugin_args: list[str], save: str) -> list[str]:
+    """The plugin's overrides with save, load (and a local checkpoint directory) pointed at this job's own."""
+    kept = [a for a in plugin_args if not a.startswith(JOB_DIR_FIELDS)]
+    local = any(a.startswith("checkpoint.non_persistent_ckpt_type=local") for a in plugin_args)
+    extra = [f"checkpoint.non_persistent_local_ckpt_dir={save}_local"] if local else []
+    return [*kept, f"checkpoint.save={save}", f"checkpoint.load={save}", *extra]
+
+
+def step_times(job: Job) -> dict[int, float]:
+    """step -> seconds since the previous LOSS line, first attempt only (a step that saved includes the save)."""
+    out: dict[int, float] = {}
+    prev: tuple[float, int] | None = None
+    for t, line in job.all(r"LOSS step=\d+ lm_loss="):
+        step = int(re.search(r"LOSS step=(\d+)", line).group(1))
+        if prev is not None and step == prev[1] + 1 and step not in out:
+            out[step] = round(t - prev[0], 4)
+        prev = (t, step)
+    return out
+
+
+def save_cost(job: Job, saves: tuple[int, ...] = (20, 30)) -> dict:
+    """Median step time, and the steps right after a persistent save (Megatron Bridge saves after step n, so the
+    LOSS line of step n, printed by the next step, comes later by the save's stall)."""
+    times = step_times(job)
+    plain_steps = sorted(v for k, v in times.items() if k % 10 != 0 and k > 2)
+    median = plain_steps[len(plain_steps) // 2] if plain_steps else None
+    return {"median_step_s": median, "after_save_step_s": {str(k): times.get(k) for k in saves}}
 
 
 def lines(job: Job, pattern: str, limit: int = 6) -> list[str]:
@@ -102,23 +141,27 @@ class Proof:
         timeout = min(timeout, float(os.environ.get("PROOF_JOB_TIMEOUT", timeout)))
         return Job(name, ["timeout", "-s", "KILL", str(int(timeout)), *cmd], env, timeout=timeout + 5)
 
-    def ft_job(self, name: str, key: str, save: str, iters: int, fault: dict[str, str], timeout: float) -> Job:
+    def ft_job(
+        self, name: str, key: str, save: str, iters: int, fault: dict[str, str], timeout: float, extra: str = ""
+    ) -> Job:
+        """``extra``: a second plugin's settings key, its overrides and environment added (FT + a checkpoint plugin)."""
         ft = self.settings[key]
         lf = ft["launcher_fields"]
-        env = dict(self.base_env, **fault, **ft["env"])
+        more = self.settings[extra] if extra else {"args": [], "env": {}}
+        env = dict(self.base_env, **fault, **ft["env"], **more["env"])
         env["PET_FT_CFG_PATH"] = self.yaml  # the plugin's NVRx file, carried here
         cmd = [self.py, "-m", "nvidia_resiliency_ext.fault_tolerance.launcher"]
         cmd += ["--ft-workload_check_interval", str(lf["workload_check_interval"])]
         cmd += ["--ft-rank_termination_signal", lf["rank_termination_signal"], "--ft-log_level", lf["log_level"]]
         cmd += ["--max-restarts", str(lf["max_restarts"]), "--standalone", "--nnodes=1", "--nproc-per-node=1"]
-        cmd += [ENTRY, *ft["args"], f"checkpoint.save={save}", f"train.train_iters={iters}"]
+        cmd += [ENTRY, *job_args([*ft["args"], *more["args"]], save), f"train.train_iters={iters}"]
         return self._job(name, cmd, env, timeout)
 
     def torchrun_job(self, name: str, key: str, save: str, iters: int, fault: dict[str, str], timeout: float) -> Job:
         plugin = self.settings[key]
         env = dict(self.base_env, **fault, **plugin["env"])
         cmd = [self.py, "-m", "torch.distributed.run", "--standalone", "--nnodes=1", "--nproc-per-node=1"]
-        cmd += ["--max-restarts=0", ENTRY, *plugin["args"], f"checkpoint.save={save}", f"train.train_iters={iters}"]
+        cmd += ["--max-restarts=0", ENTRY, *job_args(plugin["args"], save), f"train.train_iters={iters}"]
         return self._job(name, cmd, env, timeout)
 
     def run(self, job: Job) -> Job:
@@ -174,16 +217,55 @@ class Proof:
         job = self.run(self.ft_job("base", "fault_tolerance", self._save("base"), ITERS, {}, 240))
         r = self.common(job)
         r["ft_lines"] = lines(job, r"FT: |Section|section", 8)
+        r["save_cost"] = save_cost(job)
         self.results["base"] = r
 
-    def _ft_fault(self, name: str, kind: str) -> None:
+    def _ft_fault(self, name: str, kind: str, extra: str = "") -> Job:
         fault = {"NRP_FAULT": kind, "NRP_FAULT_STEP": "25"}
-        job = self.run(self.ft_job(name, "fault_tolerance", self._save(name), ITERS, fault, 300))
+        job = self.run(self.ft_job(name, "fault_tolerance", self._save(name), ITERS, fault, 300, extra))
         r = self.common(job)
         r["detection_lines"] = lines(job, r"(?i)has been open for|Worker group (UNHEALTHY|FAILED)|exitcode", 4)
         r["detect_s"] = delta(job, r"FAULT_INJECTED", r"(?i)(UNHEALTHY|FAILED|has been open for)")
         r["fault_to_resumed_s"] = delta(job, r"FAULT_INJECTED", r"successfully loaded checkpoint")
         self.results[name] = r
+        return job
+
+    def async_(self) -> None:
+        job = self._ft_fault("async", "kill", "async_checkpoint")
+        r = self.results["async"]
+        r["save_cost"] = save_cost(job)
+        r["async_lines"] = lines(job, r"(?i)async|persistent.*worker|finaliz", 12)
+
+    def local(self) -> None:
+        job = self._ft_fault("local", "kill", "local_checkpoint")
+        r = self.results["local"]
+        r["local_lines"] = lines(job, r"(?i)local checkpoint|non.persistent|LocalCheckpointManager|loading local", 12)
+        r["resumed_from_step"] = [int(m) for _, ln in job.all(r"TRAIN_START") for m in re.findall(r"step=(\d+)", ln)]
+        r["steps_redone"] = 25 - max(r["resumed_from_step"] or [0])
+
+    def localbad(self) -> None:
+        save = self._save("localbad")
+        shutil.rmtree(f"{save}_local", ignore_errors=True)
+        # Killed, not stopped by exit_interval: Megatron Bridge's exit path saves a persistent checkpoint (seen on
+        # the device: run 2 then loaded the persistent step 35 and never read the local one).
+        fault = {"NRP_FAULT": "kill", "NRP_FAULT_STEP": "35"}
+        one = self.ft_job("localbad_1", "fault_tolerance", save, ITERS, fault, 240, "local_checkpoint")
+        one.cmd[one.cmd.index("--max-restarts") + 1] = "0"
+        one = self.run(one)
+        truncated = []
+        for root, _, files in os.walk(f"{save}_local"):
+            for name in files:
+                path = os.path.join(root, name)
+                size = os.path.getsize(path)
+                with open(path, "r+b") as f:
+                    f.truncate(size // 2)
+                truncated.append(f"{path} {size} -> {size // 2}")
+        two = self.run(self.ft_job("localbad_2", "fault_tolerance", save, ITERS, {}, 300, "local_checkpoint"))
+        r = {"first": self.common(one), "truncated": truncated, "second": self.common(two)}
+        r["second"]["load_lines"] = lines(
+            two, r"(?i)load|local|Traceback|Error|exitcode|will restart|TRAIN_START|iteration 0|from scratch", 30
+        )
+        self.results["localbad"] = r
 
     def kill(self) -> None:
         self._ft_fault("kill", "kill")
@@ -276,7 +358,7 @@ def main(out: str, settings_dir: str, cases: str | None) -> int:
 
     def one(case: str) -> None:
         try:
-            getattr(proof, case)()
+            getattr(proof, "async_" if case == "async" else case)()
         finally:
             proof.bundle()
 

@@ -1,17 +1,19 @@
 """The CUDA-only pieces of async and local checkpoints, proved on GPUs with the same upstream calls (for the lead).
 
-NOT RUN IN CI, NOT RUN ON THE DEVELOPMENT MACHINE (no CUDA there): written to be run on a machine with 2 GPUs (1 GPU:
-every case but REPLICA) and this package's environment:
+NOT RUN IN CI, NOT RUN ON THE DEVELOPMENT MACHINE (no CUDA there). Run on the lent H200 (1 GPU: every case but
+REPLICA, which needs 2 ranks on 2 GPUs) through ``benchmarks/gpu/checkpoint_entry.py``; results in
+``benchmarks/results/gpu/2026-12-04-evening/``. With this package's environment on a 2-GPU machine:
 
     torchrun --standalone --nproc-per-node=2 -m nemo_resiliency_plugins.testing.checkpoint_gpu_proof /tmp/proof 512
 
 Prints one line per case (rank 0), and exits non-zero when a case fails:
 
-``ASYNC sync_save_s=<s> schedule_s=<s> step_ms_idle=<ms> step_ms_during_save=<ms> finalize_s=<s> ok=<bool>``
+``ASYNC first_async_save_s=<s> ... sync_save_s=<s> schedule_s=<s> ... extra_s=<s> ... ok=<bool>``
     a ``torch_dist`` save of ``<MB>`` per rank through Megatron Core's ``dist_checkpointing.save``, synchronous,
-    then asynchronous through Megatron Bridge's own ``GlobalState.initialize_async_checkpoint_worker`` (NVRx's
-    persistent worker) while the GPU trains (matmuls); ok when the extra step time during the async save is at
-    most 10 % of the synchronous stall (the issue's target).
+    then asynchronous (medians of 5 saves after an untimed first one, which pays one-time set-up) through Megatron
+    Bridge's own ``GlobalState.initialize_async_checkpoint_worker`` (NVRx's persistent worker) while the GPU
+    trains (matmuls); ok when the extra step time during the async save is at most 10 % of the synchronous stall
+    (the issue's target).
 ``REPLICA rank=1 recovered=<bool>``
     NVRx local checkpoints with ``replication=True, replication_jump=1, replication_factor=2``; rank 1's directory
     is deleted, and a fresh manager gets rank 1's shard from rank 0's replica.
@@ -33,6 +35,10 @@ def _step(x):
         x = torch.tanh(x @ x)
     torch.cuda.synchronize()
     return x
+
+
+def _median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2]
 
 
 def _median_step_ms(x, n: int = 10) -> float:
@@ -71,12 +77,22 @@ def main() -> int:
         return sharded_state_dict({"w": weight}, {"ballast": ballast}, {"step": 1})
 
     # -- ASYNC ---------------------------------------------------------------------------------------------
+    # Each way saves once untimed, then TIMED times: the first save of a process pays one-time costs (the
+    # persistent worker's start, ~16 s, and the first torch_dist save's set-up, ~20 s in the real-pretrain proof),
+    # which a training run pays once, not at every save. Medians over the timed saves: one save's figure moved
+    # from 5 % to 15 % of the sync stall between two device calls (2026-12-04).
+    timed = 5
     for name in ("sync", "async"):
-        os.makedirs(f"{base}/{name}/iter_0000001", exist_ok=True)
+        for step in range(1, timed + 2):
+            os.makedirs(f"{base}/{name}/iter_{step:07d}", exist_ok=True)
     dist.barrier()
-    started = time.perf_counter()
-    dist_checkpointing.save(sharded(), f"{base}/sync/iter_0000001")
-    sync_s = time.perf_counter() - started
+    sync_times = []
+    for step in range(1, timed + 2):
+        dist.barrier()
+        started = time.perf_counter()
+        dist_checkpointing.save(sharded(), f"{base}/sync/iter_{step:07d}")
+        sync_times.append(time.perf_counter() - started)
+    sync_s = _median(sync_times[1:])
     cfg = reference_config(f"{base}/async")
     cfg.checkpoint = CheckpointConfig(save=f"{base}/async", load=f"{base}/async", save_interval=1, async_save=True)
     state = GlobalState()
@@ -86,28 +102,48 @@ def main() -> int:
     idle_ms = _median_step_ms(x)
     started = time.perf_counter()
     saver.save_persistent(1, sharded())
-    schedule_s = time.perf_counter() - started
-    during = []
-    busy = torch.ones(1, device="cuda")
-    while busy.item() and len(during) < 1000:  # every rank runs the same steps: finalize is collective
-        t0 = time.perf_counter()
-        _step(x)
-        saver.finalize(blocking=False)
-        during.append((time.perf_counter() - t0) * 1000)
-        busy = torch.tensor([float(saver.pending())], device="cuda")
-        dist.all_reduce(busy, op=dist.ReduceOp.MAX)
+    saver.finalize(blocking=True)
+    first_async_s = time.perf_counter() - started
+    schedules, extras, during_all = [], [], []
+    for step in range(2, timed + 2):
+        dist.barrier()
+        started = time.perf_counter()
+        saver.save_persistent(step, sharded())
+        schedule_s = time.perf_counter() - started
+        during = []
+        busy = torch.ones(1, device="cuda")
+        while busy.item() and len(during) < 1000:  # every rank runs the same steps: finalize is collective
+            t0 = time.perf_counter()
+            _step(x)
+            saver.finalize(blocking=False)
+            during.append((time.perf_counter() - t0) * 1000)
+            busy = torch.tensor([float(saver.pending())], device="cuda")
+            dist.all_reduce(busy, op=dist.ReduceOp.MAX)
+        schedules.append(schedule_s)
+        # what the save cost training: scheduling it, plus whatever the steps during it took beyond an idle step
+        extras.append(schedule_s + max(0.0, sum(during) / 1000.0 - len(during) * idle_ms / 1000.0))
+        during_all += during
     started = time.perf_counter()
     saver.finalize(blocking=True, terminate=True)
     finalize_s = time.perf_counter() - started
-    during_ms = sorted(during)[len(during) // 2] if during else idle_ms
-    extra_s = max(0.0, (during_ms - idle_ms) / 1000.0) * len(during) + schedule_s
-    async_ok = extra_s <= 0.1 * sync_s and saver.newest_persistent() == 1
+    extra_s = _median(extras)
+    async_ok = extra_s <= 0.1 * sync_s and saver.newest_persistent() == timed + 1
     ok &= async_ok
     if rank == 0:
         print(
-            f"ASYNC sync_save_s={sync_s:.3f} schedule_s={schedule_s:.3f} step_ms_idle={idle_ms:.2f} "
-            f"step_ms_during_save={during_ms:.2f} steps_during_save={len(during)} finalize_s={finalize_s:.3f} "
-            f"ok={async_ok}",
+            f"ASYNC first_async_save_s={first_async_s:.3f} first_sync_save_s={sync_times[0]:.3f} "
+            f"sync_save_s={sync_s:.3f} schedule_s={_median(schedules):.3f} step_ms_idle={idle_ms:.2f} "
+            f"step_ms_during_save={_median(during_all):.2f} steps_during_save={len(during_all) // timed} "
+            f"extra_s={extra_s:.3f} finalize_s={finalize_s:.3f} ok={async_ok}",
+            flush=True,
+        )
+        print(
+            "ASYNC_SAVES sync_s="
+            + ",".join(f"{t:.3f}" for t in sync_times[1:])
+            + " async_extra_s="
+            + ",".join(f"{t:.3f}" for t in extras)
+            + " schedule_s="
+            + ",".join(f"{t:.3f}" for t in schedules),
             flush=True,
         )
 

@@ -62,6 +62,10 @@ what the smoke proofs show:
       same store keys. The workload builds the per-attempt ``PrefixStore`` itself, so its in-process proofs
       show NVRx's machinery, not that bug (``known_bugs`` warns about it; on the H200 a 1-rank real job did
       recover in the same process, a multi-rank one is unproven).
+    * Local checkpoints: on the H200 Megatron Bridge's real loop loaded the local checkpoint when it was newer
+      than the persistent one (step 24 over 20) and the persistent one when newer (35 over a local 34), and a
+      truncated local file failed every attempt with no fallback; the workload's ``mcore_checkpoint.choose`` and
+      its load do the same (``benchmarks/results/gpu/2026-12-04-evening/summary.md``).
     * No evaluation steps, no async-save finalisation inside the ``checkpointing`` section, no CUDA or
       ModelOpt prerequisites (Megatron Bridge's ``train.py`` imports ``modelopt``); data resumes from a
       checkpointed RNG stream instead of skipping consumed samples (both bit-exact).
