@@ -90,6 +90,8 @@ class FaultTolerancePlugin(run.Plugin):
             (srun's ``srun: error: <node>: task <n>: ...`` line) to the job's excluded nodes, so the next run
             lands elsewhere, as long as the partition keeps enough nodes for the job. ``None`` (default) means on
             for jobs of more than one node (a one-node job has nowhere else to go on a small partition).
+            Exact for a node lost with everything on it; for a hang every rank waiting in the same collective
+            times out too, and srun may name a healthy node first (README: "A failed node is left behind").
 
     Autoresume: a restart only saves work if Megatron Bridge resumes from what the run saved, and Megatron
     Bridge 0.6.2 resumes only from ``checkpoint.load``. Where the task shows ``checkpoint.save``, an unset
