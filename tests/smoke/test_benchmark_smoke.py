@@ -20,7 +20,7 @@ FIGURE = re.compile(r"-?[0-9]+(\.[0-9]+)?\b")  # a number leads the cell (min / 
 
 
 def _benchmark_rows() -> tuple[str, ...]:
-    """The row ids the benchmark's table must have (benchmarks/recovery.py's ROWS, its one source)."""
+    """The row ids the benchmark's table must have (ROWS: recovery_lib/settings.py, re-exported by recovery.py)."""
     name = "nrp_recovery_benchmark"
     spec = importlib.util.spec_from_file_location(name, SCRIPT)
     module = importlib.util.module_from_spec(spec)
