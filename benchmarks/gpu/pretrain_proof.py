@@ -47,6 +47,7 @@ from gpu_proof import Job  # noqa: E402
 
 ENTRY = os.path.join("benchmarks", "gpu", "pretrain_entry.py")
 ITERS = 40
+FAULT_STEP = 25  # where kill, hang, sigterm, raise and the checkpoint cases strike: the step-20 save is the last
 WORK = "/tmp/pretrain_proof"
 ALL = ("base", "kill", "hang", "sigterm", "calc", "rerun", "straggler", "inprocess", "async", "local", "localbad")
 # Where each job saves and loads: the plugins that check autoresume saw a placeholder checkpoint.save (prepare.py)
@@ -221,7 +222,7 @@ class Proof:
         self.results["base"] = r
 
     def _ft_fault(self, name: str, kind: str, extra: str = "") -> Job:
-        fault = {"NRP_FAULT": kind, "NRP_FAULT_STEP": "25"}
+        fault = {"NRP_FAULT": kind, "NRP_FAULT_STEP": str(FAULT_STEP)}
         job = self.run(self.ft_job(name, "fault_tolerance", self._save(name), ITERS, fault, 300, extra))
         r = self.common(job)
         r["detection_lines"] = lines(job, r"(?i)has been open for|Worker group (UNHEALTHY|FAILED)|exitcode", 4)
@@ -241,7 +242,7 @@ class Proof:
         r = self.results["local"]
         r["local_lines"] = lines(job, r"(?i)local checkpoint|non.persistent|LocalCheckpointManager|loading local", 12)
         r["resumed_from_step"] = [int(m) for _, ln in job.all(r"TRAIN_START") for m in re.findall(r"step=(\d+)", ln)]
-        r["steps_redone"] = 25 - max(r["resumed_from_step"] or [0])
+        r["steps_redone"] = FAULT_STEP - max(r["resumed_from_step"] or [0])
 
     def localbad(self) -> None:
         save = self._save("localbad")
@@ -275,7 +276,7 @@ class Proof:
 
     def sigterm(self) -> None:
         save = self._save("sigterm")
-        fault = {"NRP_FAULT": "sigterm", "NRP_FAULT_STEP": "25"}
+        fault = {"NRP_FAULT": "sigterm", "NRP_FAULT_STEP": str(FAULT_STEP)}
         first = self.run(self.torchrun_job("sigterm_1", "preemption", save, ITERS, fault, 240))
         second = self.run(self.torchrun_job("sigterm_2", "preemption", save, ITERS, fault, 240))
         r = {"first": self.common(first), "second": self.common(second)}
@@ -322,7 +323,7 @@ class Proof:
         self.results["straggler"] = r
 
     def inprocess(self) -> None:
-        fault = {"NRP_FAULT": "raise", "NRP_FAULT_STEP": "25"}
+        fault = {"NRP_FAULT": "raise", "NRP_FAULT_STEP": str(FAULT_STEP)}
         job = self.run(self.torchrun_job("inprocess", "inprocess_restart", self._save("inprocess"), ITERS, fault, 240))
         r = self.common(job)
         r["train_starts"] = lines(job, r"TRAIN_START", 6)
