@@ -3,6 +3,9 @@ the command torchx would launch)."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import nemo_run as run
@@ -68,3 +71,38 @@ def slurm(tmp_path, **kw):
         packager=run.Packager(),
         **kw,
     )
+
+
+class LogRecords(logging.Handler):
+    """The records one logger emits, on a handler of that logger's own."""
+
+    def __init__(self, level: int) -> None:
+        super().__init__(level)
+        self.records: list[logging.LogRecord] = []
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+        self.messages.append(record.getMessage())
+
+
+@contextlib.contextmanager
+def logged(name: str, level: int = logging.WARNING) -> Iterator[LogRecords]:
+    """Collect what logger ``name`` emits at ``level`` and above, whatever earlier tests did to logging.
+
+    Not pytest's caplog: caplog's handler sits on the root logger, and NeMo-Run replaces the root logger's
+    handlers whenever an Experiment is created (``configure_logging(force=True)``) and drops the first one when
+    an Experiment is garbage-collected (``Experiment.__del__``), which can happen in the middle of a later test.
+    A library's ``logging.config`` call may also have disabled loggers it does not name.
+    """
+    logger = logging.getLogger(name)
+    handler, saved = LogRecords(level), (logger.level, logger.disabled)
+    logger.addHandler(handler)
+    logger.setLevel(level)
+    logger.disabled = False
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(saved[0])
+        logger.disabled = saved[1]

@@ -26,7 +26,7 @@ from tests.contract.executor_jobs import (
     script_task,
     shell_join,
 )
-from tests.helpers import add_job, local, slurm
+from tests.helpers import add_job, local, logged, slurm
 
 SECTIONS = {"setup": 600.0, "step": 180.0, "checkpointing": 420.0}
 
@@ -95,27 +95,10 @@ def test_docker_job_gives_ft_launcher_the_sections(tmp_path, monkeypatch):
     assert isinstance(job.executor.launcher, FaultToleranceWithSections)
 
 
-class Notes(logging.Handler):
-    """Collects what the executor mechanism logs (NeMo-Run's Experiment reconfigures logging, so caplog
-    does not see it)."""
-
-    def __init__(self):
-        super().__init__(logging.INFO)
-        self.lines: list[str] = []
-
-    def emit(self, record):
-        self.lines.append(record.getMessage())
-
-
 @pytest.fixture
 def notes():
-    logger = logging.getLogger("nemo_resiliency_plugins.executor_config")
-    handler, level = Notes(), logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    yield handler.lines
-    logger.removeHandler(handler)
-    logger.setLevel(level)
+    with logged("nemo_resiliency_plugins.executor_config", logging.INFO) as log:
+        yield log.messages
 
 
 def test_docker_never_gets_retries_and_notes_the_default(notes):

@@ -4,7 +4,6 @@ all three bugs (pinned in tests/contract/test_known_bugs.py)."""
 
 from __future__ import annotations
 
-import logging
 import shutil
 
 import nemo_run as run
@@ -19,7 +18,7 @@ from nemo_resiliency_plugins import (
 )
 from nemo_resiliency_plugins.doctor import check_job
 from nemo_resiliency_plugins.explain import explain
-from tests.helpers import TRAIN, add_job, local
+from tests.helpers import TRAIN, add_job, local, logged
 
 LOGGER = "nemo_resiliency_plugins.known_bugs"
 
@@ -37,24 +36,10 @@ def partial_task():
     return run.Partial(workload.pretrain, config=workload.reference_config_buildable("/tmp/nrp-ck"))
 
 
-class _Records(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-
 @pytest.fixture
 def bug_log():
-    """The known-bug logger's warnings, on a handler of its own: NeMo-Run's Experiment replaces the root
-    logger's handlers (pytest's caplog among them) when it starts."""
-    handler = _Records()
-    logger = logging.getLogger(LOGGER)
-    logger.addHandler(handler)
-    yield handler
-    logger.removeHandler(handler)
+    with logged(LOGGER) as log:
+        yield log
 
 
 def bug_warnings(bug_log, number: int) -> list[str]:

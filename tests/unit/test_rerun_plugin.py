@@ -10,7 +10,7 @@ import pytest
 
 from nemo_resiliency_plugins import FaultTolerancePlugin, RerunStateMachinePlugin, ResiliencyConfigError
 from nemo_resiliency_plugins import rerun as rerun_module
-from tests.helpers import add_job
+from tests.helpers import add_job, logged
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -67,13 +67,13 @@ def test_determinism_stats_need_a_validated_value():
     )
 
 
-def test_experimental_status_is_in_the_docstrings_and_logged_once(caplog, monkeypatch):
+def test_experimental_status_is_in_the_docstrings_and_logged_once(monkeypatch):
     assert "experimental" in rerun_module.__doc__.lower() and "EXPERIMENTAL" in RerunStateMachinePlugin.__doc__
     monkeypatch.setattr(rerun_module, "_experimental_logged", False)
-    with caplog.at_level(logging.WARNING, logger="nemo_resiliency_plugins.rerun"):
+    with logged("nemo_resiliency_plugins.rerun") as log:
         RerunStateMachinePlugin()
         RerunStateMachinePlugin(rerun_mode="disabled")
-    notices = [r for r in caplog.records if "EXPERIMENTAL" in r.getMessage()]
+    notices = [m for m in log.messages if "EXPERIMENTAL" in m]
     assert len(notices) == 1
 
 
@@ -112,23 +112,9 @@ def test_users_agreeing_override_is_kept_and_a_conflicting_one_is_reported():
 
 
 def test_setup_logs_the_exit_codes():
-    # A handler on the plugin's own logger, enabled for this test: an earlier test in the same process may have
-    # run a library's logging.config (which disables loggers it does not name) or replaced the root handlers.
-    records: list[logging.LogRecord] = []
-    handler = logging.Handler(logging.INFO)
-    handler.emit = records.append  # type: ignore[method-assign]
-    log = logging.getLogger("nemo_resiliency_plugins.rerun")
-    saved = (log.level, log.disabled)
-    log.addHandler(handler)
-    log.setLevel(logging.INFO)
-    log.disabled = False
-    try:
+    with logged("nemo_resiliency_plugins.rerun", logging.INFO) as log:
         RerunStateMachinePlugin().setup(script(), local())
-    finally:
-        log.removeHandler(handler)
-        log.setLevel(saved[0])
-        log.disabled = saved[1]
-    assert any("exit code 16" in r.getMessage() and "17" in r.getMessage() for r in records)
+    assert any("exit code 16" in m and "17" in m for m in log.messages)
 
 
 def _rerun_converter(args) -> list[str]:
