@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -46,10 +45,6 @@ logger = logging.getLogger(__name__)
 KEEPER_MODULE = "nemo_resiliency_plugins.rank_keeper"
 MODULE_ENV = "NRP_RANK_KEEPER_MODULE"
 SCRIPT_ENV = "NRP_RANK_KEEPER_SCRIPT"
-# What may travel in those variables: NeMo-Run exports env vars unquoted on some executors, so only plain module
-# names and plain relative/absolute .py paths (full match).
-_MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
-_SCRIPT_PATH = re.compile(r"[A-Za-z0-9_./-]+\.py")
 
 # Signals a launcher sends its workers (stop, NVRx ft_launcher's rank-termination signal, Slurm's warning).
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
@@ -166,46 +161,16 @@ def install(task: Any, executor: Any, *, plugin: str, field: str) -> None:
     Only a ``run.Script`` naming a Python module or file can be re-targeted without touching its arguments: a
     ``run.Partial`` runs through NeMo-Run's own ``fdl_runner`` entry, and an inline script is a shell program.
     """
-    import nemo_run as run
-
-    from nemo_resiliency_plugins import executor_config
-    from nemo_resiliency_plugins.errors import ResiliencyConfigError
+    from nemo_resiliency_plugins import executor_config, task_config
 
     why = (
         "a warm reserve needs each rank to run under nemo_resiliency_plugins.rank_keeper, so that a killed rank "
         "does not make the launcher tear the worker group down"
     )
-    if not isinstance(task, run.Script):
-        raise ResiliencyConfigError(
-            plugin,
-            field,
-            None,
-            detail=f"{why}; that is done for run.Script tasks only (a {type(task).__name__} runs through "
-            "NeMo-Run's fdl_runner). Launch the training as run.Script(path='pkg.module', m=True, "
-            "entrypoint='python'), or leave active_world_size unset (no reserve)",
-        )
-    if task.inline:
-        raise ResiliencyConfigError(plugin, field, None, detail=f"{why}; an inline run.Script is a shell program")
-    if task.entrypoint != "python":
-        raise ResiliencyConfigError(
-            plugin,
-            "task.entrypoint",
-            task.entrypoint,
-            "'python'",
-            detail=f"{why}; the keeper is a Python module the launcher starts with 'python -m'",
-        )
-    path = str(task.path)
-    if task.m:
-        if _MODULE_NAME.fullmatch(path) is None:
-            raise ResiliencyConfigError(plugin, "task.path", path, "a Python module name (letters, digits, _ and .)")
-        executor_config.set_env(task, executor, MODULE_ENV, path, plugin=plugin, field=field)
-    else:
-        if _SCRIPT_PATH.fullmatch(path) is None:
-            raise ResiliencyConfigError(plugin, "task.path", path, "a .py path of letters, digits, '_', '.', '/', '-'")
-        executor_config.set_env(task, executor, SCRIPT_ENV, path, plugin=plugin, field=field)
-    task.path = KEEPER_MODULE
-    task.m = True
-    logger.info("%s: each rank runs under %s (target %s)", plugin, KEEPER_MODULE, path)
+    kind, name = task_config.run_program_first(task, plugin=plugin, field=field, why=why, module=KEEPER_MODULE)
+    executor_config.set_env(
+        task, executor, MODULE_ENV if kind == "module" else SCRIPT_ENV, name, plugin=plugin, field=field
+    )
 
 
 if __name__ == "__main__":

@@ -22,6 +22,11 @@ decides *how* for each task type:
     attribute set with fiddle. A ``None`` sub-config is created as a buildable of the class that the
     container's own field annotation names, so it follows the user's installed Megatron Bridge version.
 
+A program in front of the task's own
+    Some mechanisms must run code in each rank's process before the training script starts (the rank keeper of
+    in-process restart with a reserve, the local checkpoint check). :func:`run_program_first` re-targets a
+    ``run.Script`` at that program, arguments untouched, and hands back the original for it to run next.
+
 ``script_args_converter_fn``
     Megatron Bridge's escape hatch for scripts with other argument styles: when a plugin has one, the
     plugin's script-args object is passed to it and whatever list of strings it returns is appended.
@@ -31,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -524,3 +530,55 @@ def _explicit_or_changed(obj: Any, field: str, cls: Any) -> Any:
 
 def _assign(obj: Any, name: str, value: Any) -> None:
     setattr(obj, name, value)
+
+
+# ------------------------------------------------------------------- a program in front of the task's own
+
+#: What may name the task's own Python program in an env var, which NeMo-Run exports unquoted on some executors
+#: (full match): a dotted module name, or a plain relative or absolute ``.py`` path.
+MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+SCRIPT_PATH = re.compile(r"[A-Za-z0-9_./-]+\.py")
+
+
+def front_program_problem(task: Any) -> str | None:
+    """Why no program can be started in front of ``task``'s own, or None when one can."""
+    if not isinstance(task, run.Script):
+        return (
+            f"a {type(task).__name__} runs through NeMo-Run's own fdl_runner entry, which nothing can be put in "
+            "front of; launch the training as run.Script(path=..., entrypoint='python')"
+        )
+    if task.inline:
+        return "an inline run.Script is a shell program"
+    if task.entrypoint != "python":
+        return f"task.entrypoint={task.entrypoint!r} does not start it with Python; use entrypoint='python'"
+    return None
+
+
+def run_program_first(
+    task: Any, *, plugin: str, field: str, why: str, module: str | None = None, path: str | None = None
+) -> tuple[str, str]:
+    """Make the ``run.Script`` start ``module`` (``python -m``) or the Python file ``path`` in place of its own
+    program, with the same arguments (every plugin still reads and writes its overrides there).
+
+    Returns the program it ran before, as ``("module", name)`` or ``("path", file)``, for the front program to
+    run next (its caller passes it on in the job's environment, hence the full-match checks). Programs put in
+    front by different plugins chain: the later one runs the earlier one. Refuses, naming ``field`` and
+    ``why`` the plugin needs it, a task that cannot be re-targeted.
+    """
+    problem = front_program_problem(task)
+    if problem is not None:
+        raise ResiliencyConfigError(plugin, field, None, detail=f"{why}; {problem}")
+    name = str(task.path)
+    if task.m:
+        if MODULE_NAME.fullmatch(name) is None:
+            raise ResiliencyConfigError(plugin, "task.path", name, "a Python module name (letters, digits, _ and .)")
+        original = ("module", name)
+    else:
+        if SCRIPT_PATH.fullmatch(name) is None:
+            raise ResiliencyConfigError(plugin, "task.path", name, "a .py path of letters, digits, '_', '.', '/', '-'")
+        original = ("path", name)
+    if (module is None) == (path is None):
+        raise ResiliencyConfigError(plugin, None, detail="internal: run_program_first needs a module or a path")
+    task.path, task.m = (module, True) if module is not None else (path, False)
+    logger.info("%s: each rank runs %s first (then %s %s)", plugin, task.path, *original)
+    return original

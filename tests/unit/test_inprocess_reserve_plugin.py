@@ -87,7 +87,7 @@ def test_tasks_the_keeper_cannot_wrap_are_refused():
     from nemo_resiliency_plugins.testing import workload
 
     partial = run.Partial(workload.pretrain, config=workload.reference_config_buildable("/tmp/nrp-ck"))
-    with pytest.raises(ResiliencyConfigError, match="run.Script tasks only"):
+    with pytest.raises(ResiliencyConfigError, match="fdl_runner"):
         add_job(partial, three_ranks(), [reserve()])
     with pytest.raises(ResiliencyConfigError, match="inline"):
         add_job(run.Script(inline="python train.py"), three_ranks(), [reserve()])
