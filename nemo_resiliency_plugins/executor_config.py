@@ -288,6 +288,11 @@ def deliver_file(executor: Any, name: str, content: str, *, plugin: str) -> str:
     return for_executor(executor, plugin=plugin).deliver_file(name, content, plugin=plugin)
 
 
+def ships_files(executor: Any, *, plugin: str) -> bool:
+    """Whether :func:`deliver_file` can get a file of this package to ``executor``'s job."""
+    return for_executor(executor, plugin=plugin).ships_files
+
+
 def deliver_ft_config(executor: Any, name: str, content: str, *, plugin: str) -> str:
     """Make NVRx's config file (``content``, with a ``fault_tolerance:`` mapping) reach ft_launcher; returns
     the path for ``PET_FT_CFG_PATH``.

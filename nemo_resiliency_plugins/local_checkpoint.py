@@ -36,13 +36,20 @@ naming the settings involved):
   a multiple of the ranks per node, ``replication_factor`` at most the number of nodes, and the world size a
   multiple of ``replication_jump * replication_factor`` (NVRx asserts the last). Megatron Bridge passes
   ``replication_jump=None`` straight to NVRx when it is unset, which fails at start: the plugin requires it.
-* A local checkpoint that cannot be read (a torn write survives only as ``.dirty`` and is ignored; a file
-  damaged later is not) makes Megatron Bridge 0.6.2's load raise and the job fail at start, on every restart,
-  until the file is removed: it does *not* fall back to the persistent checkpoint by itself. That is loud,
-  not a silent restart from scratch; remove ``<dir>/<rank>`` on the affected node (or the whole dir) to resume
-  from the newest persistent checkpoint. Seen on Megatron Bridge's real loop on an H200 (a truncated
-  ``iter_0000034_0_local.pt``: ``PytorchStreamReader failed reading zip archive`` on every attempt, persistent
-  step 30 never tried; ``benchmarks/results/gpu/2026-12-04-evening/summary.md``).
+* A local checkpoint that cannot be read makes Megatron Bridge 0.6.2's load raise and the job fail at start, on
+  every restart, until the file is removed: it does *not* fall back to the persistent checkpoint by itself
+  (seen on Megatron Bridge's real loop on an H200: a truncated ``iter_0000034_0_local.pt`` gave
+  ``PytorchStreamReader failed reading zip archive`` on every attempt, persistent step 30 never tried;
+  ``benchmarks/results/gpu/2026-12-04-evening/summary.md``). A file whose tensor bytes were damaged is worse:
+  ``torch.load`` reads it without complaint. NVRx renames a finished ``.dirty`` file without fsync, so a node
+  that crashes can leave either behind. ``fallback_on_unreadable`` closes this: each rank first runs
+  :mod:`nemo_resiliency_plugins.local_checkpoint_guard`, which CRC-checks the files of ``<dir>/<rank>`` and
+  renames the ones that fail to ``<name>.unreadable``; NVRx then no longer offers that iteration from this
+  rank, and the job resumes from a replica a peer holds or from the newest persistent checkpoint (never from
+  scratch: ``checkpoint.load`` is required). The check reads every byte of the rank's local files once per
+  start. It needs a Python ``run.Script`` task (a ``run.Partial`` starts through NeMo-Run's fdl_runner, which
+  nothing can be put in front of) and an executor that can ship a file with the job (LocalExecutor,
+  SlurmExecutor); elsewhere the default (None) says in the log that it is not applied, and True is refused.
 * ``checkpoint.also_save_hf_checkpoint`` is refused (Megatron Bridge's ``finalize()`` does the same).
 """
 
@@ -55,7 +62,7 @@ from typing import Any
 
 import nemo_run as run
 
-from nemo_resiliency_plugins import autoresume, executor_config, task_config
+from nemo_resiliency_plugins import autoresume, executor_config, local_checkpoint_guard, task_config
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
 from nemo_resiliency_plugins.validation import Checker
 
@@ -76,6 +83,10 @@ CONFIG_FIELDS = (
     "replication_jump",
     "replication_factor",
 )
+
+
+#: The plugin's fields that are not Megatron Bridge ``CheckpointConfig`` fields (they never reach the config).
+OWN_FIELDS = ("fallback_on_unreadable",)
 
 
 @dataclass
@@ -108,6 +119,11 @@ class LocalCheckpointPlugin(run.Plugin):
         replication_jump: ``J``: rank ``n``'s replicas live on ranks ``n+J``, ``n+2J``, ... Required with
             replication; use the number of ranks per node so that replicas land on other nodes.
         replication_factor: ``F``: how many ranks (nodes) hold each shard, >= 2; at most the node count.
+        fallback_on_unreadable: not a Megatron Bridge field. Before training, each rank sets aside its local
+            checkpoint files that fail a CRC check, so the job resumes from a replica or the newest persistent
+            checkpoint instead of failing on every restart (or loading damaged weights). None (default): on
+            where it can be wired, a log line where it cannot; True: refused where it cannot; False: off
+            (Megatron Bridge's own behaviour).
         script_args_converter_fn: for ``run.Script`` tasks whose script does not take Hydra overrides;
             receives :class:`LocalCheckpointPluginScriptArgs`, returns the arguments to append.
     """
@@ -118,6 +134,7 @@ class LocalCheckpointPlugin(run.Plugin):
     replication: bool = False
     replication_jump: int | None = None
     replication_factor: int = DEFAULT_REPLICATION_FACTOR
+    fallback_on_unreadable: bool | None = None
     script_args_converter_fn: Callable[[LocalCheckpointPluginScriptArgs], list[str]] | None = None
 
     def __post_init__(self) -> None:
@@ -149,6 +166,8 @@ class LocalCheckpointPlugin(run.Plugin):
         check.integer("non_persistent_save_interval", self.non_persistent_save_interval, min=1)
         check.choice("non_persistent_local_ckpt_algo", self.non_persistent_local_ckpt_algo, LOCAL_ALGOS)
         check.boolean("replication", self.replication)
+        if self.fallback_on_unreadable is not None:
+            check.boolean("fallback_on_unreadable", self.fallback_on_unreadable)
         check.callable_or_none("script_args_converter_fn", self.script_args_converter_fn)
         if not self.replication:
             if self.replication_jump is not None or self.replication_factor != DEFAULT_REPLICATION_FACTOR:
@@ -194,6 +213,43 @@ class LocalCheckpointPlugin(run.Plugin):
         if self.script_args_converter_fn is None:  # a custom script's own arguments cannot be read back
             check_durable_schedule(task, self.non_persistent_save_interval, plugin=name)
             check_exit_saves_persistent(task, executor, plugin=name)
+        if self.fallback_on_unreadable is not False:
+            self._install_guard(task, executor, name)
+
+    def _install_guard(self, task: Any, executor: Any, name: str) -> None:
+        """Each rank runs :mod:`local_checkpoint_guard` first (shipped with the job), then the task's program."""
+        why = "fallback_on_unreadable checks each rank's local checkpoints before the training script starts"
+        problem = task_config.front_program_problem(task)
+        if problem is None and not executor_config.ships_files(executor, plugin=name):
+            problem = f"{executor_config.executor_kind(executor)} has no route for a file of this package to the job"
+        if problem is not None:
+            if self.fallback_on_unreadable:
+                raise ResiliencyConfigError(
+                    name, "fallback_on_unreadable", True, "None or False here", detail=f"{why}; {problem}"
+                )
+            logger.warning(
+                "%s.fallback_on_unreadable not applied (%s): an unreadable local checkpoint fails every restart "
+                "until <dir>/<rank> is removed by hand",
+                name,
+                problem,
+            )
+            return
+        guard = executor_config.deliver_file(executor, GUARD_FILE, guard_source(), plugin=name)
+        kind, program = task_config.run_program_first(
+            task, plugin=name, field="fallback_on_unreadable", why=why, path=guard
+        )
+        field = "fallback_on_unreadable"
+        executor_config.set_env(
+            task, executor, local_checkpoint_guard.TARGET_ENV, f"{kind}:{program}", plugin=name, field=field
+        )
+        executor_config.set_env(
+            task,
+            executor,
+            local_checkpoint_guard.DIR_ENV,
+            self.non_persistent_local_ckpt_dir,
+            plugin=name,
+            field="non_persistent_local_ckpt_dir",
+        )
 
     def _check_replication(self, executor: Any, name: str) -> None:
         nodes, per_node = _nodes(executor), _ranks_per_node(executor)
@@ -243,6 +299,16 @@ class LocalCheckpointPlugin(run.Plugin):
 
 
 # ------------------------------------------------------------------------------------- cross-plugin rules
+
+#: The name :func:`executor_config.deliver_file` ships the guard under.
+GUARD_FILE = "local_checkpoint_guard.py"
+
+
+def guard_source() -> str:
+    """The text of :mod:`local_checkpoint_guard` (standard library only, so the job needs nothing installed)."""
+    from pathlib import Path
+
+    return Path(local_checkpoint_guard.__file__).read_text()
 
 
 def _nodes(executor: Any) -> int | None:

@@ -55,6 +55,7 @@ class ExecutorRules:
         infra_rank_env: the variable NVRx takes the node's infrastructure rank from, when not GROUP_RANK.
         preemption_note: what happens to a job the platform stops (signals, grace period).
         default_grace_s: SIGTERM -> SIGKILL grace the platform gives a stopped job by default, if known.
+        ships_files: :meth:`deliver_file` has a route for a file of this package to the job.
         pid1_launch_script: the container's first process is NeMo-Run's bash launch script. The platform's
             SIGTERM goes to that process only, and a PID-namespace init with no handler for it never gets it
             (the kernel drops it; measured here with ``unshare --pid``): the ranks see nothing until SIGKILL.
@@ -72,6 +73,7 @@ class ExecutorRules:
     preemption_note: ClassVar[str] = ""
     default_grace_s: ClassVar[float | None] = None
     pid1_launch_script: ClassVar[bool] = False
+    ships_files: ClassVar[bool] = False
 
     # ------------------------------------------------------------------------------------- the job's shape
 

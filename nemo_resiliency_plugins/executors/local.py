@@ -22,6 +22,7 @@ class LocalRules(ExecutorRules):
     cannot invalidate it)."""
 
     label: ClassVar[str] = "LocalExecutor"
+    ships_files: ClassVar[bool] = True
     env_in_shell: ClassVar[bool] = False
     honours_retries: ClassVar[bool] = True
     runs_here: ClassVar[bool] = True

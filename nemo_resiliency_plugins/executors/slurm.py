@@ -23,6 +23,7 @@ class SlurmRules(ExecutorRules):
     heredoc the sbatch script writes into the job directory before ``srun``."""
 
     label: ClassVar[str] = "SlurmExecutor"
+    ships_files: ClassVar[bool] = True
     honours_retries: ClassVar[bool] = True
     infra_rank_env: ClassVar[str | None] = "SLURM_PROCID"
     preemption_note: ClassVar[str] = "PreemptionPlugin asks Slurm for the signal before the time limit"

@@ -1,6 +1,6 @@
 """Fault injection for the reference workload, from the ``NRP_*`` environment variables.
 
-``NRP_FAULT`` names one fault (``kill``, ``hang``, ``raise``, ``sigterm``, ``slow``, ``nan``,
+``NRP_FAULT`` names one fault (``kill``, ``hang``, ``raise``, ``sigterm``, ``corrupt_local``, ``slow``, ``nan``,
 ``nan_persistent``) injected at step ``NRP_FAULT_STEP`` on rank ``NRP_FAULT_RANK``, or a *chain* of the
 once-only kinds, ``kind@step`` items separated by commas (``NRP_FAULT=kill@13,hang@17``): one launch then
 proves several recoveries in a row, each with its own log lines, exactly as a job that fails more than once in
@@ -18,6 +18,10 @@ every attempt (a rank that dies at the same step however often it is restarted: 
 injects it NRP_FAULT_STEP steps after the step each attempt resumed from (a rank that fails again later in each
 cycle: progress every time). No marker is written or read; a chain cannot repeat.
 
+``corrupt_local`` models a node that crashed after NVRx renamed a local checkpoint it had not synced: the rank
+cuts its newest local checkpoint file (``<non_persistent_local_ckpt_dir>/<rank>/iter_*_local.pt``) to half its
+size, then dies by SIGKILL. It needs local checkpoints (refused without the directory).
+
 ``slow`` models a persistently slow rank: it applies on every step >= NRP_FAULT_STEP of every attempt (its
 compute part takes 3x as long). ``nan`` adds NaN to the model output, hence to the loss and the gradients, of
 step NRP_FAULT_STEP once (a transient fault: a re-run of the step is clean); ``nan_persistent`` adds it on every
@@ -33,13 +37,14 @@ import re
 import signal
 import threading
 import time
+from typing import Any
 
 from nemo_resiliency_plugins.testing.rank_log import log
 
 __all__ = ["CHAINABLE_KINDS", "FAULT_KINDS", "FAULT_MARKER", "FaultInjector", "FaultSpec", "marker_name"]
 
-FAULT_KINDS = ("kill", "hang", "raise", "sigterm", "slow", "nan", "nan_persistent")
-CHAINABLE_KINDS = ("kill", "hang", "raise", "sigterm")
+FAULT_KINDS = ("kill", "hang", "raise", "sigterm", "corrupt_local", "slow", "nan", "nan_persistent")
+CHAINABLE_KINDS = ("kill", "hang", "raise", "sigterm", "corrupt_local")
 LOSS_FAULTS = ("nan", "nan_persistent")
 FAULT_MARKER = "nrp_fault_injected"
 REPEAT_MODES = ("same", "after_resume")
@@ -104,12 +109,18 @@ class FaultSpec:
 class FaultInjector:
     """Injects the faults of a :class:`FaultSpec` on the rank it names; the training loop calls it each step."""
 
-    def __init__(self, spec: FaultSpec, rank: int, world: int, save_dir: str | None) -> None:
+    def __init__(self, spec: FaultSpec, rank: int, world: int, save_dir: str | None, checkpoint: Any = None) -> None:
         self.spec = spec
         self.rank = rank
         self.active = spec.kind is not None and rank == spec.rank
         if spec.then and not save_dir:
             raise ValueError("NRP_FAULT: a chain of faults needs checkpoint.save (its markers live there)")
+        # ``checkpoint``: the job's CheckpointConfig; corrupt_local damages this rank's local checkpoint files.
+        local = checkpoint is not None and checkpoint.non_persistent_ckpt_type == "local"
+        local_dir = checkpoint.non_persistent_local_ckpt_dir if local else None
+        if any(kind == "corrupt_local" for kind, _ in spec.chain) and not local_dir:
+            raise ValueError("NRP_FAULT=corrupt_local needs local checkpoints (non_persistent_ckpt_type='local')")
+        self.local_dir = os.path.join(local_dir, str(rank)) if local_dir else None
         self.save_dir = save_dir
         self.marker = os.path.join(save_dir, FAULT_MARKER) if save_dir else None
         # Whether an earlier attempt in this save dir already injected (nan_persistent looks at this only).
@@ -173,6 +184,20 @@ class FaultInjector:
             raise RuntimeError(f"NRP injected fault at step {step} on rank {self.rank}")
         elif kind == "sigterm":
             os.kill(os.getpid(), signal.SIGTERM)
+        elif kind == "corrupt_local":
+            self._cut_newest_local()
+            os.kill(os.getpid(), signal.SIGKILL)
+            time.sleep(60)  # never reached in practice
+
+    def _cut_newest_local(self) -> None:
+        assert self.local_dir is not None
+        names = sorted(n for n in os.listdir(self.local_dir) if re.fullmatch(r"iter_\d+_\d+_local\.pt", n))
+        if not names:
+            raise RuntimeError(f"NRP_FAULT=corrupt_local: no local checkpoint in {self.local_dir} to damage")
+        path = os.path.join(self.local_dir, names[-1])
+        size = os.path.getsize(path)
+        os.truncate(path, size // 2)
+        log(f"FAULT_CORRUPTED {path} from {size} to {size // 2} bytes")
 
     def loss_fault(self, step: int) -> bool:
         """Whether to add NaN to this (re-)run's loss (the ``nan`` and ``nan_persistent`` kinds)."""

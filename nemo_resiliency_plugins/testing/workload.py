@@ -466,7 +466,7 @@ def _train_once(cfg: ConfigContainer, state: GlobalState, restart_store: Any = N
                 fault_tolerance.maybe_setup_simulated_fault(cfg.ft)
 
         trainer = _Trainer(cfg, state)
-        injector = FaultInjector(FaultSpec.from_env(), trainer.rank, trainer.world, trainer.save_dir)
+        injector = FaultInjector(FaultSpec.from_env(), trainer.rank, trainer.world, trainer.save_dir, cfg.checkpoint)
         if trainer.save_dir and trainer.rank == 0:
             os.makedirs(trainer.save_dir, exist_ok=True)
         trainer.maybe_resume()
