@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 
 import nemo_run as run
@@ -86,6 +87,8 @@ def _apply(plugin: run.Plugin, args: list[str] | None = None) -> dict:
                 fields[name] = getattr(launcher, name)
     return {
         "plugin": repr(plugin),
+        # a program of ours the plugin runs in front of the task's own (LocalCheckpointPlugin's guard), or None
+        "program_first": task.path if task.path != ENTRY else None,
         "args": [str(a) for a in task.args],
         "env": {k: str(v) for k, v in executor.env_vars.items()},
         "launcher": type(launcher).__name__ if launcher is not None else None,
@@ -111,6 +114,10 @@ def main(out_dir: str) -> None:
     }
     with open(os.path.join(out_dir, "ft_launcher.yaml"), "w") as f:
         f.write(yaml_text)
+    for entry in settings.values():  # the program travels with the settings, by its file name
+        if entry["program_first"]:
+            shutil.copy(entry["program_first"], os.path.join(out_dir, os.path.basename(entry["program_first"])))
+            entry["program_first"] = os.path.basename(entry["program_first"])
     with open(os.path.join(out_dir, "plugin_settings.json"), "w") as f:
         json.dump(settings, f, indent=2, sort_keys=True)
     print(yaml_text)

@@ -24,7 +24,10 @@ separates groups run one after the other; default: all, one at a time):
             from the local step-24 checkpoint: 1 step redone instead of 5
   localbad  FT + LocalCheckpointPlugin: run 1 is SIGKILLed at step 35 with no restart left (local 34, persistent
             30), every local checkpoint file is then truncated, run 2: does Megatron Bridge fall back to the
-            persistent step 30, or fail, or start from scratch?
+            persistent step 30, or fail, or start from scratch? (LocalCheckpointPlugin(fallback_on_unreadable=False):
+            Megatron Bridge's own behaviour)
+  localguard  the same, with the plugin's default guard in front of each rank (``local_checkpoint_guard.py``,
+            carried in SETTINGS_DIR): the damaged files are set aside and run 2 resumes from the persistent step 30
 
 Writes ``<out>/pretrain_logs.tar.gz`` (one time-stamped log per job), ``summary.json`` and ``summary.md``.
 """
@@ -49,10 +52,14 @@ ENTRY = os.path.join("benchmarks", "gpu", "pretrain_entry.py")
 ITERS = 40
 FAULT_STEP = 25  # where kill, hang, sigterm, raise and the checkpoint cases strike: the step-20 save is the last
 WORK = "/tmp/pretrain_proof"
-ALL = ("base", "kill", "hang", "sigterm", "calc", "rerun", "straggler", "inprocess", "async", "local", "localbad")
+ALL = (
+    "base", "kill", "hang", "sigterm", "calc", "rerun", "straggler", "inprocess", "async", "local", "localbad",
+    "localguard",
+)  # fmt: skip
 # Where each job saves and loads: the plugins that check autoresume saw a placeholder checkpoint.save (prepare.py)
 # and set checkpoint.load to it; every job gets its own directory for both, as that setup would give it.
 JOB_DIR_FIELDS = ("checkpoint.save=", "checkpoint.load=", "checkpoint.non_persistent_local_ckpt_dir=")
+GUARD_ENV = ("NRP_RUN_TARGET", "NRP_LOCAL_CKPT_DIR")  # LocalCheckpointPlugin's guard (local_checkpoint_guard.py)
 
 
 def _float(job: Job, pattern: str, group: int = 1) -> float | None:
@@ -125,6 +132,7 @@ class Proof:
         with open(os.path.join(settings_dir, "plugin_settings.json")) as f:
             self.settings = json.load(f)
         self.yaml = os.path.abspath(os.path.join(settings_dir, "ft_launcher.yaml"))
+        self.settings_dir = os.path.abspath(settings_dir)
         self.py = sys.executable
         self.jobs: list[Job] = []
         self.lock = threading.Lock()
@@ -143,19 +151,36 @@ class Proof:
         return Job(name, ["timeout", "-s", "KILL", str(int(timeout)), *cmd], env, timeout=timeout + 5)
 
     def ft_job(
-        self, name: str, key: str, save: str, iters: int, fault: dict[str, str], timeout: float, extra: str = ""
+        self,
+        name: str,
+        key: str,
+        save: str,
+        iters: int,
+        fault: dict[str, str],
+        timeout: float,
+        extra: str = "",
+        program_first: bool = True,
     ) -> Job:
-        """``extra``: a second plugin's settings key, its overrides and environment added (FT + a checkpoint plugin)."""
+        """``extra``: a second plugin's settings key, its overrides and environment added (FT + a checkpoint plugin).
+        A program that plugin puts in front of the task's own (``program_first`` in its settings) runs first, as
+        the plugin set it up, unless ``program_first=False`` (the plugin switched off)."""
         ft = self.settings[key]
         lf = ft["launcher_fields"]
         more = self.settings[extra] if extra else {"args": [], "env": {}}
         env = dict(self.base_env, **fault, **ft["env"], **more["env"])
         env["PET_FT_CFG_PATH"] = self.yaml  # the plugin's NVRx file, carried here
+        entry = ENTRY
+        for var in GUARD_ENV:
+            env.pop(var, None)
+        if more.get("program_first") and program_first:
+            entry = os.path.join(self.settings_dir, more["program_first"])
+            # prepare.py's task ran another entry with other directories: this job's own, as job_args does
+            env |= {"NRP_RUN_TARGET": f"path:{ENTRY}", "NRP_LOCAL_CKPT_DIR": f"{save}_local"}
         cmd = [self.py, "-m", "nvidia_resiliency_ext.fault_tolerance.launcher"]
         cmd += ["--ft-workload_check_interval", str(lf["workload_check_interval"])]
         cmd += ["--ft-rank_termination_signal", lf["rank_termination_signal"], "--ft-log_level", lf["log_level"]]
         cmd += ["--max-restarts", str(lf["max_restarts"]), "--standalone", "--nnodes=1", "--nproc-per-node=1"]
-        cmd += [ENTRY, *job_args([*ft["args"], *more["args"]], save), f"train.train_iters={iters}"]
+        cmd += [entry, *job_args([*ft["args"], *more["args"]], save), f"train.train_iters={iters}"]
         return self._job(name, cmd, env, timeout)
 
     def torchrun_job(self, name: str, key: str, save: str, iters: int, fault: dict[str, str], timeout: float) -> Job:
@@ -244,29 +269,34 @@ class Proof:
         r["resumed_from_step"] = [int(m) for _, ln in job.all(r"TRAIN_START") for m in re.findall(r"step=(\d+)", ln)]
         r["steps_redone"] = FAULT_STEP - max(r["resumed_from_step"] or [0])
 
-    def localbad(self) -> None:
-        save = self._save("localbad")
+    def localbad(self, guarded: bool = False) -> None:
+        name = "localguard" if guarded else "localbad"
+        save = self._save(name)
         shutil.rmtree(f"{save}_local", ignore_errors=True)
         # Killed, not stopped by exit_interval: Megatron Bridge's exit path saves a persistent checkpoint (seen on
         # the device: run 2 then loaded the persistent step 35 and never read the local one).
         fault = {"NRP_FAULT": "kill", "NRP_FAULT_STEP": "35"}
-        one = self.ft_job("localbad_1", "fault_tolerance", save, ITERS, fault, 240, "local_checkpoint")
+        one = self.ft_job(f"{name}_1", "fault_tolerance", save, ITERS, fault, 240, "local_checkpoint", guarded)
         one.cmd[one.cmd.index("--max-restarts") + 1] = "0"
         one = self.run(one)
         truncated = []
         for root, _, files in os.walk(f"{save}_local"):
-            for name in files:
-                path = os.path.join(root, name)
+            for file in files:
+                path = os.path.join(root, file)
                 size = os.path.getsize(path)
                 with open(path, "r+b") as f:
                     f.truncate(size // 2)
                 truncated.append(f"{path} {size} -> {size // 2}")
-        two = self.run(self.ft_job("localbad_2", "fault_tolerance", save, ITERS, {}, 300, "local_checkpoint"))
+        two = self.run(self.ft_job(f"{name}_2", "fault_tolerance", save, ITERS, {}, 300, "local_checkpoint", guarded))
         r = {"first": self.common(one), "truncated": truncated, "second": self.common(two)}
         r["second"]["load_lines"] = lines(
             two, r"(?i)load|local|Traceback|Error|exitcode|will restart|TRAIN_START|iteration 0|from scratch", 30
         )
-        self.results["localbad"] = r
+        r["second"]["guard_lines"] = lines(two, r"nrp-local-guard", 10)
+        self.results[name] = r
+
+    def localguard(self) -> None:
+        self.localbad(guarded=True)
 
     def kill(self) -> None:
         self._ft_fault("kill", "kill")

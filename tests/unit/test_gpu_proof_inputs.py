@@ -50,6 +50,9 @@ def test_prepare_runs_every_plugins_setup(gpu_modules, tmp_path, monkeypatch):
     assert "checkpoint.async_save=true" in settings["async_checkpoint"]["args"]
     assert "checkpoint.non_persistent_ckpt_type=local" in settings["local_checkpoint"]["args"]
     assert "train.exit_signal_handler=true" in settings["preemption"]["args"]
+    # LocalCheckpointPlugin's guard runs in front of each rank; it travels with the settings
+    guard = settings["local_checkpoint"]["program_first"]
+    assert guard.endswith("local_checkpoint_guard.py") and (tmp_path / "plugin" / guard).is_file()
     assert "++nvrx_straggler.enabled=true" in settings["straggler"]["args"]
     # FaultTolerancePlugin's NVRx file, with the proof's short step timeout (a hang caught in seconds)
     assert "    step: 10.0\n" in (tmp_path / "plugin" / "ft_launcher.yaml").read_text()
