@@ -19,6 +19,7 @@ for drop-in compatibility and are used only with ``workload_style="heartbeats"``
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -90,8 +91,15 @@ class FaultTolerancePlugin(run.Plugin):
             (srun's ``srun: error: <node>: task <n>: ...`` line) to the job's excluded nodes, so the next run
             lands elsewhere, as long as the partition keeps enough nodes for the job. ``None`` (default) means on
             for jobs of more than one node (a one-node job has nowhere else to go on a small partition).
-            Exact for a node lost with everything on it; for a hang every rank waiting in the same collective
-            times out too, and srun may name a healthy node first (README: "A failed node is left behind").
+            Exact for a node lost with everything on it, and for a node that hangs as a whole (see
+            ``silent_node_timeout``); for a rank hung inside a collective every rank waiting in it times out too,
+            and srun may name a healthy node first (README: "A failed node is left behind").
+        silent_node_timeout: Slurm, with ``exclude_failed_nodes``, ``log_level`` INFO or DEBUG. After an NVRx
+            section (or heartbeat) timeout on one node, a node whose launcher logs nothing for this many seconds
+            is taken as hung as a whole (its monitor would have logged its own timeout): the job step is
+            stopped and that node excluded. Without it such a job can block for good: when the hung node hosts
+            the rendezvous store, NVRx 0.7's launcher on the healthy nodes waits in a TCPStore call that has no
+            read timeout. ``None``: off (srun's first line names the node).
 
     Autoresume: a restart only saves work if Megatron Bridge resumes from what the run saved, and Megatron
     Bridge 0.6.2 resumes only from ``checkpoint.load``. Where the task shows ``checkpoint.save``, an unset
@@ -123,6 +131,7 @@ class FaultTolerancePlugin(run.Plugin):
     max_no_progress_cycles: int = 3
     checkpoint_dir: str | None = None
     exclude_failed_nodes: bool | None = None
+    silent_node_timeout: float | None = 60.0
 
     def __post_init__(self) -> None:
         check = Checker(type(self).__name__)
@@ -155,6 +164,9 @@ class FaultTolerancePlugin(run.Plugin):
         check.path("checkpoint_dir", self.checkpoint_dir, optional=True)
         if self.exclude_failed_nodes is not None:
             check.boolean("exclude_failed_nodes", self.exclude_failed_nodes)
+        check.number(
+            "silent_node_timeout", self.silent_node_timeout, min=3 * self.workload_check_interval, optional=True
+        )
 
         if self.simulate_fault and not self.enable_ft_package:
             check.fail(
@@ -303,6 +315,25 @@ class FaultTolerancePlugin(run.Plugin):
             executor_config.set_env(
                 task, executor, "NRP_EXCLUDE_FAILED_NODES", "1", plugin=name, field="exclude_failed_nodes"
             )
+        if not exclude or self.silent_node_timeout is None:
+            return
+        if self.log_level.upper() not in ("DEBUG", "INFO"):
+            executor_config.note_no_effect(
+                executor,
+                plugin=name,
+                field="silent_node_timeout",
+                why=f"log_level={self.log_level!r} hides the launcher lines a healthy node logs when it joins a "
+                "restart, so a silent node could not be told from a quiet one",
+            )
+            return
+        executor_config.set_env(
+            task,
+            executor,
+            "NRP_SILENT_NODE_TIMEOUT",
+            str(int(math.ceil(self.silent_node_timeout))),
+            plugin=name,
+            field="silent_node_timeout",
+        )
 
     def _iteration_file(self, dirs: autoresume.CheckpointDirs) -> str | None:
         """Where NVRx's progress tracker reads the last checkpointed iteration, or None when unknown."""

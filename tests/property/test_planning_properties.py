@@ -59,7 +59,11 @@ def test_closed_form_goodput_is_a_fraction(params, failures, mech, interval, loc
 def test_more_failures_never_raise_goodput(params, failures, mech, interval, factor):
     worse = dataclasses.replace(failures, per_gpu_hour={c: r * factor for c, r in failures.per_gpu_hour.items()})
     for m in (mech, megatron_bridge_defaults()):
-        assert goodput_closed_form(params, m, worse, interval) <= goodput_closed_form(params, m, failures, interval)
+        # (+1e-12: the same goodput computed along two paths may differ in its last bits)
+        assert (
+            goodput_closed_form(params, m, worse, interval)
+            <= goodput_closed_form(params, m, failures, interval) + 1e-12
+        )
 
 
 @settings(max_examples=300, deadline=None)

@@ -16,8 +16,11 @@ Issue 18's life-of-a-job cases run in the same batch of jobs (all submitted toge
 * a rank killed later in each cycle (progress every time) keeps being restarted until the job finishes;
 * a 2-node job on the multi-node cluster (one ft_launcher per node, c10d rendezvous): every process of the node
   running rank 1 is SIGKILLed from outside (a node lost) -> requeued with that node excluded -> resumes on a
-  spare node; then rank 1 hangs there -> the step section timeout ends it -> requeued excluding that node too ->
-  finishes with the fault-free run's parameters.
+  spare node; then that node hangs as a whole (every process on it SIGSTOPped: a kernel, driver or file-system
+  hang) -> the healthy node's step section timeout fires, the hung node's launcher stays silent -> requeued
+  excluding the hung node (not the one srun names first) -> finishes with the fault-free run's parameters. When
+  the hung node hosts the rendezvous store, the healthy launcher blocks in a TCPStore call for good: the guard's
+  watchdog stops the step after ``silent_node_timeout``.
 
 The faulty runs' final parameters must equal the fault-free run's, bit for bit.
 """
@@ -77,22 +80,28 @@ def _job_processes(job_id: str, node_id: str) -> dict[int, str]:
     return found
 
 
-def _kill_node_when(job, pattern: str, killed: dict, timeout: float = 400) -> None:
-    """Once the first attempt's log matches ``pattern``, SIGKILL every process of the job on its second node (the
-    one running rank 1): what a node that dies looks like to the job. Records the node name in ``killed``."""
+def _signal_node_when(job, attempt: int, pattern: str, sig: int, record: dict, timeout: float = 500) -> bool:
+    """Once attempt ``attempt``'s log matches ``pattern``, send ``sig`` to every process of the job on its second
+    node (the one running rank 1): SIGKILL is a node that dies, SIGSTOP one that hangs as a whole. Records the
+    node name, the pids and the time in ``record``."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        first = job.attempt_logs().get(0, "")
-        if re.search(pattern, first):
+        if re.search(pattern, job.attempt_logs().get(attempt, "")):
             procs = _job_processes(job.job_id, "1")
             for pid in procs:
                 try:
-                    os.kill(pid, signal.SIGKILL)
+                    os.kill(pid, sig)
                 except ProcessLookupError:
                     pass
-            killed.update(node=sorted(set(procs.values())), pids=len(procs), at=time.time())
-            return
+            record.update(node=sorted(set(procs.values())), pids=sorted(procs), at=time.time())
+            return True
         time.sleep(0.1)
+    return False
+
+
+def _lose_then_freeze_a_node(job, killed: dict, frozen: dict) -> None:
+    if _signal_node_when(job, 0, r"CHECKPOINT saved step=5\b", signal.SIGKILL, killed):
+        _signal_node_when(job, 1, r"CHECKPOINT saved step=10\b", signal.SIGSTOP, frozen)
 
 
 @pytest.fixture(scope="module")
@@ -112,11 +121,11 @@ def jobs(local_slurm, tmp_path_factory):
             ft=_ft(num_in_job_restarts=3, max_no_progress_cycles=1),
         ),
         # One rank per node on 2 of the cluster's nodes; the node of rank 1 is lost (killed from outside), then
-        # rank 1 hangs on the node it was moved to. No in-job restart: each failure is a requeue.
+        # the node rank 1 was moved to hangs as a whole. No in-job restart: each failure is a requeue.
         "two-nodes": dict(
             # The cluster's nodes share one host (one address): NVRx's rendezvous would take the two launchers for
             # a misconfiguration on one node unless told that this is a simulation of several nodes.
-            env={"NRP_FAULT": "hang@17", "NRP_STEP_TIME": "0.3", "NVRX_ENABLE_MULTI_LAUNCHERS_PER_NODE": "1"},
+            env={"NRP_STEP_TIME": "0.3", "NVRX_ENABLE_MULTI_LAUNCHERS_PER_NODE": "1"},
             # calc_ft_timeouts off: with it, Megatron Bridge 0.6.2 fails a requeued run that had already finished
             # (Megatron-Bridge#5711, which the plugin warns about), so one spurious requeue would end the job FAILED.
             ft=_ft(
@@ -124,6 +133,7 @@ def jobs(local_slurm, tmp_path_factory):
                 num_job_retries_on_failure=4,
                 calc_ft_timeouts=False,
                 section_timeouts={"setup": 300, "step": 6, "checkpointing": 120},
+                silent_node_timeout=20,
             ),
             nodes=2,
             ntasks_per_node=1,
@@ -152,16 +162,25 @@ def jobs(local_slurm, tmp_path_factory):
         futures = {name: pool.submit(submit_one, name, spec) for name, spec in specs.items()}
         submitted = {name: future.result() for name, future in futures.items()}
     killed: dict = {}
+    frozen: dict = {}
     killer = threading.Thread(
-        target=_kill_node_when, args=(submitted["two-nodes"][0], r"CHECKPOINT saved step=5\b", killed), daemon=True
+        target=_lose_then_freeze_a_node, args=(submitted["two-nodes"][0], killed, frozen), daemon=True
     )
     killer.start()
     with ThreadPoolExecutor(len(submitted)) as pool:  # each wait lifts its own job's requeue hold
         waits = {name: pool.submit(local_slurm.wait, job.job_id, timeout=600) for name, (job, _) in submitted.items()}
         results = {name: (*submitted[name], waits[name].result()) for name in submitted}
     killer.join(timeout=5)
-    results["two-nodes-killed"] = killed
-    print(f"\nFT Slurm jobs: {time.monotonic() - t0:.0f} s for all {len(submitted)}; node killed: {killed}")
+    for pid in frozen.get("pids", []):  # ended with the step; never left stopped, whatever happened
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    results["two-nodes-killed"], results["two-nodes-frozen"] = killed, frozen
+    print(
+        f"\nFT Slurm jobs: {time.monotonic() - t0:.0f} s for all {len(submitted)}; node killed: {killed}; "
+        f"node frozen: {frozen}"
+    )
     return results
 
 
@@ -314,45 +333,46 @@ def test_progress_in_every_cycle_keeps_the_job_restarting_until_it_finishes(jobs
 
 
 def test_two_node_job_leaves_a_lost_node_and_a_hung_node_behind(jobs):
-    """A lost node is named by srun and excluded. A hang is caught by the step section timeout and its run requeued
-    with a node excluded; which one is a race: rank 0 waits for the hung rank inside the same all-reduce, so both
-    ranks' step sections time out together and srun may name either node first (the README says so)."""
+    """A lost node is named by srun and excluded. A node that hangs as a whole is named by the launchers' log: the
+    healthy node's section timeout fires and the hung node's launcher says nothing more, whichever node srun names
+    first (the healthy launcher exits first) and even when the healthy launcher blocks on the hung node's store."""
     baseline = finished_hash(jobs["fault-free"][0].logs())
     job, save, res = jobs["two-nodes"]
-    killed = jobs["two-nodes-killed"]
+    killed, frozen = jobs["two-nodes-killed"], jobs["two-nodes-frozen"]
     logs = job.logs()
     attempts = job.attempt_logs()
-    assert killed.get("pids", 0) > 0 and len(killed["node"]) == 1, killed
-    lost = killed["node"][0]
+    assert killed.get("pids") and len(killed["node"]) == 1, killed
+    assert frozen.get("pids") and len(frozen["node"]) == 1, (frozen, logs[-8000:])
+    lost, hung = killed["node"][0], frozen["node"][0]
     assert (res.state, res.exit_code) == ("COMPLETED", 0), (res.record, logs[-8000:])
     assert res.restarts >= 2, res.record
     # Run 0: every process on the node of rank 1 killed; srun names that node and the requeued job excludes it.
     assert f"node {lost} failed first (srun: error: {lost}: task 1: Killed): the requeued job excludes" in logs, logs[
         -8000:
     ]
-    assert "FAULT_INJECTED kind=hang" not in attempts[0], "the node was lost before the hang (kill at step 5)"
-    # Run 1 resumed on other nodes, rank 1 hung; the step section timeout ended it; requeued excluding a 2nd node.
-    assert re.search(r"RESUMED from step (5|10) \(iter_", attempts[1]), attempts[1][-6000:]
-    assert "FAULT_INJECTED kind=hang step=17 rank=1" in attempts[1]
+    # Run 1 resumed on other nodes; the node of rank 1 stopped; the healthy node's step section timed out.
+    assert re.search(r"RESUMED from step 5 \(iter_", attempts[1]), attempts[1][-6000:]
     assert re.search(r"Section 'step' has been open for [\d.]+ seconds", attempts[1]), attempts[1][-6000:]
-    # The guard's own lines (the batch log also holds bash's trace of the echo, with quotes: not matched here).
-    second = re.findall(
-        r"^nemo-resiliency-plugins: node (\S+) failed first \(srun: error: \S+: task \d: [^)]*\): the requeued job "
-        r"excludes (\S+)\n",
+    # The guard's own line (the batch log also holds bash's trace of the echo, with quotes: not matched here).
+    silent = re.findall(
+        r"^nemo-resiliency-plugins: node (\S+) went silent: no launcher line after a section timeout on another "
+        r"node: the requeued job excludes (\S+)\n",
         logs,
         re.M,
     )
-    assert len(second) >= 2 and second[1][0] != lost, second
+    assert [name for name, _ in silent] == [hung], (silent, frozen, logs[-8000:])
+    stalled = "after a section timeout on another node: stopping step" in logs  # the hung node hosted the store
+    print(f"hung node {hung}: {'store host, step stopped by the watchdog' if stalled else 'ended by srun'}")
     # The last run resumed from the newest checkpoint and matched the fault-free run, bit for bit.
     last = attempts[max(attempts)]
-    assert "RESUMED from step 15 (iter_0000015.pt)" in logs, logs[-8000:]
+    assert "RESUMED from step 10 (iter_0000010.pt)" in last, last[-8000:]
     assert finished_hash(last) == baseline
     rec = res.record
     if "ExcNodeList" in rec:  # the live record (scontrol, kept MinJobAge s); the jobcomp line has no such field
         excluded = subprocess.run(
             ["scontrol", "show", "hostnames", rec["ExcNodeList"]], capture_output=True, text=True
         ).stdout.split()
-        assert {lost, second[1][0]} <= set(excluded), rec
+        assert {lost, hung} <= set(excluded), rec
         ran_on = subprocess.run(
             ["scontrol", "show", "hostnames", rec.get("NodeList", "")], capture_output=True, text=True
         ).stdout.split()
