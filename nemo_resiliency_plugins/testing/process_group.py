@@ -33,7 +33,7 @@ def init_process_group(cfg: Any, restart_store: Any = None) -> bool:
     backend = backend_for(device_from_env())
     if backend == "nccl":
         torch.cuda.set_device(cuda_device_index())
-    if restart_store is not None:  # in-process restart: this iteration's store (see _run_with_inprocess_restart)
+    if restart_store is not None:  # in-process restart: this iteration's store (see testing/inprocess_loop.py)
         # CPU accommodation: gloo has no working abort (NVRx's AbortTorchDistributed aborts NCCL backends only),
         # so a rank blocked in a collective when its peer fails is released only by this timeout; it bounds
         # the in-process recovery time. dist.distributed_timeout_minutes is the NCCL watchdog on GPUs.

@@ -33,7 +33,7 @@ What runs for real (Megatron Bridge 0.6):
       with Megatron Bridge's rank assignment, finalize/abort/health-check chain and timeouts) and called like
       Megatron Bridge's ``pretrain`` calls it; each restart iteration builds its process group on a
       ``PrefixStore(<iteration>, store)``, as Megatron Bridge's ``_pretrain`` does, and resumes from the last
-      checkpoint in the same processes. See "In-process restart" in the code.
+      checkpoint in the same processes (:mod:`~nemo_resiliency_plugins.testing.inprocess_loop`).
     * Local checkpoints when ``checkpoint.non_persistent_ckpt_type == "local"``: NVRx's ``LocalCheckpointManager``
       with Megatron Core's ``MCoreTensorAwareStateDict``, Megatron Bridge's schedule and local-vs-persistent
       choice at start (:mod:`~nemo_resiliency_plugins.testing.mcore_checkpoint`; algo ``atomic`` on CPU, the
@@ -165,7 +165,7 @@ from megatron.core.rerun_state_machine import (  # noqa: E402
 )
 
 from nemo_resiliency_plugins.testing import cpu_accommodations as cpu  # noqa: E402
-from nemo_resiliency_plugins.testing import mcore_checkpoint  # noqa: E402
+from nemo_resiliency_plugins.testing import inprocess_loop, mcore_checkpoint  # noqa: E402
 from nemo_resiliency_plugins.testing.checkpoint_files import (  # noqa: E402
     CKPT_FORMAT,
     FINAL_PARAMS,
@@ -442,8 +442,8 @@ def pretrain(config: ConfigContainer) -> None:
     runtime_config_update(cfg)
     state = GlobalState()
     state.cfg = cfg  # also installs MB's DistributedSignalHandler when train.exit_signal_handler is set
-    if _inprocess_restart_enabled(cfg):  # Megatron Bridge's wrapper calls _train_once; see "In-process restart"
-        _run_with_inprocess_restart(cfg, state)
+    if inprocess_loop.enabled(cfg):  # Megatron Bridge's wrapper calls _train_once (testing/inprocess_loop.py)
+        inprocess_loop.run(cfg, state, _train_once)
         return
     _train_once(cfg, state)
 
@@ -558,50 +558,6 @@ def _step_times_line(seconds: list[float]) -> str:
         f"STEP_TIMES n={len(ordered)} median_ms={median * 1e3:.3f} "
         f"min_ms={ordered[0] * 1e3:.3f} max_ms={ordered[-1] * 1e3:.3f}"
     )
-
-
-# ----------------------------------------------------------------------------------------------------------
-# In-process restart
-# ----------------------------------------------------------------------------------------------------------
-def _inprocess_restart_enabled(cfg: ConfigContainer) -> bool:
-    # Same test as Megatron Bridge's pretrain(); a plain dict here (the override trap) fails as it would there.
-    return bool(cfg.inprocess_restart and cfg.inprocess_restart.enabled)
-
-
-def _run_with_inprocess_restart(cfg: ConfigContainer, state: GlobalState) -> None:
-    """Megatron Bridge's ``pretrain`` with in-process restart: wrap the loop with its own
-    ``maybe_wrap_for_inprocess_restart`` and call the result with the coordination store it returns.
-
-    After a fault on any rank, NVRx's wrapper aborts the process group, runs Megatron Bridge's finalize
-    (``destroy_global_state`` + ``GlobalState.reset_for_restart``), waits for every rank at its barrier and
-    calls :func:`_train_once` again in the same process, which resumes from the last checkpoint.
-    """
-    import itertools
-
-    from megatron.bridge.training.inprocess_restart import maybe_wrap_for_inprocess_restart
-
-    from nemo_resiliency_plugins.testing.nvrx_iteration import restart_iteration
-
-    if dist.is_initialized():  # Megatron Bridge refuses this too: the wrapper owns the process group
-        raise RuntimeError("in-process restart needs to create the process group itself")
-    calls = itertools.count()
-
-    def train_fn(state: GlobalState, store: Any = None, inprocess_call_wrapper: Any = None) -> None:
-        # Megatron Bridge 0.6.2's adapter hands inprocess_call_wrapper=None (NVRx injects its CallWrapper only
-        # into annotated parameters, and the adapter has none). Every rank enters once per NVRx iteration, so
-        # counting entries gives the same iteration number on every rank, for the per-iteration store prefix.
-        # A warm reserve enters for the first time in a later iteration: NVRx's own count (nvrx_iteration.py).
-        entered = next(calls)
-        iteration = (
-            inprocess_call_wrapper.iteration if inprocess_call_wrapper is not None else restart_iteration(entered)
-        )
-        _log(f"INPROCESS iteration={iteration} pid={os.getpid()} time={time.time():.3f}")
-        _train_once(cfg, state, restart_store=dist.PrefixStore(str(iteration), store))
-
-    with cpu.inprocess_wrapper_construction_on_cpu():
-        wrapped, store = maybe_wrap_for_inprocess_restart(train_fn, cfg.inprocess_restart, state)
-    wrapped(state, store=store)
-    _log(f"INPROCESS completed pid={os.getpid()} iterations={next(calls)}")
 
 
 def main(argv: list[str] | None = None) -> None:
