@@ -269,7 +269,26 @@ def _checkpoint_checks(task: Any, executor: Any) -> list[Check]:
                 problem or f"local every {interval} steps, persistent every {read('save_interval')}",
             )
         )
+        checks.append(_local_guard_check(executor, read("non_persistent_local_ckpt_dir")))
     return checks
+
+
+def _local_guard_check(executor: Any, local_dir: Any) -> Check:
+    """Whether each rank checks its local checkpoint files before Megatron Bridge loads them."""
+    from nemo_resiliency_plugins.local_checkpoint_guard import DIR_ENV
+
+    name = "local checkpoints: a damaged file falls back to a replica or the persistent checkpoint"
+    guarded = getattr(executor, "env_vars", {}).get(DIR_ENV)
+    if guarded is not None and str(guarded) == str(local_dir):
+        return Check(name, "pass", f"each rank CRC-checks {local_dir}/<rank> first (local_checkpoint_guard.py)")
+    return Check(
+        name,
+        "warn",
+        "no check before the load: Megatron Bridge 0.6.2 fails every restart on an unreadable local checkpoint "
+        "(and loads one with damaged tensor bytes) until <dir>/<rank> is removed by hand; "
+        "LocalCheckpointPlugin(fallback_on_unreadable) sets such files aside (a Python run.Script on "
+        "LocalExecutor or SlurmExecutor)",
+    )
 
 
 def _resume_check(task: Any) -> Check:

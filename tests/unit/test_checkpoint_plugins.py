@@ -300,12 +300,15 @@ def test_doctor_reads_async_and_local_settings_from_the_task_without_plugins():
     assert verdicts["async save: format and checkpoint.save"].verdict == "FAIL"
     local_check = verdicts["local checkpoints: persistent save/load schedule beside them"]
     assert local_check.verdict == "FAIL" and "checkpoint.save_interval" in local_check.detail
-    task = script(*SCHEDULE)
-    AsyncCheckpointPlugin().setup(task, local())
-    lcp().setup(task, local())
-    verdicts = {c.name: c.verdict for c in check_job(task, local(), [])}
+    guard = "local checkpoints: a damaged file falls back to a replica or the persistent checkpoint"
+    assert verdicts[guard].verdict == "warn" and "fallback_on_unreadable" in verdicts[guard].detail
+    task, executor = script(*SCHEDULE), local()
+    AsyncCheckpointPlugin().setup(task, executor)
+    lcp().setup(task, executor)
+    verdicts = {c.name: c.verdict for c in check_job(task, executor, [])}
     assert verdicts["async save: format and checkpoint.save"] == "pass"
     assert verdicts["local checkpoints: persistent save/load schedule beside them"] == "pass"
+    assert verdicts[guard] == "pass"  # the plugin put the guard in front of the rank
 
 
 # ------------------------------------------------------------------------------------ recipes and rehearse
