@@ -238,6 +238,7 @@ def _task_snapshot(task: Any) -> dict[str, str]:
         snap = {f"args[{a}]": "present" for a in task.args}
         snap.update({f"env.{k}": repr(v) for k, v in (task.env or {}).items()})
         snap["entrypoint"] = repr(task.entrypoint)
+        snap["path"], snap["m"] = repr(task.path), repr(task.m)  # a program put in front of the task's own
         return snap
     return _flatten(task, "task")
 

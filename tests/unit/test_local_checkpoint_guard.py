@@ -149,6 +149,16 @@ def test_where_the_guard_cannot_run_the_default_says_so_and_true_is_refused():
         add_job(partial, local(), [lcp(non_persistent_save_interval=2, fallback_on_unreadable=True)])
 
 
+def test_explain_shows_the_program_put_in_front():
+    from nemo_resiliency_plugins.explain import explain
+
+    result = explain([lcp()], module_task(), local(), executor_kind="local")
+    (effect,) = [e for e in result.effects if e.plugin == "LocalCheckpointPlugin"]
+    path = [c for c in effect.task_changes if c.startswith(f"~ path: '{WORKLOAD}' -> ")]
+    assert len(path) == 1 and path[0].endswith(f"{GUARD_FILE}'"), effect.task_changes
+    assert "~ m: True -> False" in effect.task_changes
+
+
 def test_off_leaves_the_task_as_megatron_bridge_would_run_it():
     job = add_job(module_task(), local(), [lcp(fallback_on_unreadable=False)])
     assert (job.task.path, job.task.m) == (WORKLOAD, True) and guard.TARGET_ENV not in job.executor.env_vars
