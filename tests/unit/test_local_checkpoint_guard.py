@@ -128,6 +128,13 @@ def test_a_python_script_runs_the_shipped_guard_first_on_local_and_slurm(tmp_pat
     assert job.executor.env_vars[guard.TARGET_ENV] == f"module:{WORKLOAD}"
 
 
+def test_the_sbatch_script_writes_the_guard_byte_for_byte(tmp_path):
+    job = add_job(module_task(), slurm(tmp_path), [lcp()])
+    done = subprocess.run(["bash", "-e"], input=job.executor.setup_lines, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert Path(job.task.path).read_text() == guard_source()
+
+
 def test_where_the_guard_cannot_run_the_default_says_so_and_true_is_refused():
     docker = run.DockerExecutor(container_image="x", num_gpus=0)
     with logged("nemo_resiliency_plugins.local_checkpoint") as log:
