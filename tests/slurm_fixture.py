@@ -9,11 +9,11 @@ tests ``@pytest.mark.slurm``. The session-scoped fixture ``local_slurm``:
   or a developer started it beforehand, it is left running);
 * yields a :class:`LocalSlurm` with ``partition`` and ``run_sbatch(script_text, timeout)``.
 
-Job state: this cluster has no slurmdbd, so ``sacct`` answers "Slurm accounting storage is disabled"
-(rc 1). Jobs are followed with ``scontrol show job -o`` (the record lives ``MinJobAge`` = 60 s after
+Job state: jobs are followed with ``scontrol show job -o`` (the record lives ``MinJobAge`` = 60 s after
 the job ends); if the record is already gone, the last line for the job in the jobcomp file
 (``JobCompType=jobcomp/filetxt``, ``$SLURM_LOCAL_DIR/log/jobcomp.txt``) gives the final state.
-If ``sacct`` does work (a cluster with accounting), it is used as a further fallback.
+If ``sacct`` works (slurm-up brings up slurmdbd; a cluster without it answers "Slurm accounting storage
+is disabled"), it is used as a further fallback.
 """
 
 from __future__ import annotations

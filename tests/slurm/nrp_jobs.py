@@ -2,7 +2,8 @@
 
 Same set-up as tests/slurm/test_nemo_run_slurm.py (see its docstring for why each setting is needed); the
 experiment is built in a subprocess so NEMORUN_HOME is a fresh directory per job. The job is followed with
-the ``local_slurm`` fixture (no accounting here, so NeMo-Run cannot follow it).
+the ``local_slurm`` fixture (scontrol/jobcomp: it also lifts the hold Slurm puts on a requeued job); NeMo-Run's
+own view of a job's state, which it reads with ``sacct`` from the cluster's slurmdbd, is :func:`nemo_run_state`.
 """
 
 from __future__ import annotations
@@ -59,11 +60,32 @@ SUBMIT = textwrap.dedent(
 )
 
 
+# What a user does to see a detached experiment's state later: reload it by id and ask for its status, which
+# goes through NeMo-Run's runner to its SlurmTunnelScheduler.describe (``sacct --parsable2 -j <id>``). The
+# runner's own answer is printed too: Job.status() hides an error behind the state saved at launch.
+STATUS = textwrap.dedent(
+    """
+    import sys
+    import nemo_run as run
+
+    exp = run.Experiment.from_id(sys.argv[1])
+    (status,) = exp.status(return_dict=True).values()
+    described = exp._runner.status(status["handle"])
+    print(f"STATE={status['status']}")
+    print(f"DESCRIBED={described!r}")
+    """
+)
+
+
 @dataclass
 class SubmittedJob:
     job_id: str
     exp_dir: Path
     submitted_at: float
+
+    @property
+    def nemorun_home(self) -> Path:
+        return self.exp_dir.parents[2]  # <NEMORUN_HOME>/experiments/<title>/<id>
 
     def task_dir(self) -> Path:
         return self.exp_dir / "train"
@@ -130,6 +152,24 @@ def submit(
     job_id = handle.group(1)
     exp_dir = Path(next(ln.split("=", 1)[1] for ln in p.stdout.splitlines() if ln.startswith("EXPDIR=")))
     return SubmittedJob(job_id=job_id, exp_dir=exp_dir, submitted_at=time.time())
+
+
+def nemo_run_state(job: SubmittedJob) -> tuple[str, str]:
+    """NeMo-Run's state of ``job`` (a torchx ``AppState`` name: ``SUCCEEDED``, ``FAILED``, ...), asked the way a
+    user would, in a fresh interpreter with the job's NEMORUN_HOME, and the output to show when it is wrong."""
+    p = subprocess.run(
+        [sys.executable, "-c", STATUS, job.exp_dir.name],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "NEMORUN_HOME": str(job.nemorun_home)},
+        cwd=job.exp_dir.parent,
+    )
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out
+    state = re.search(r"^STATE=(\w+)$", p.stdout, re.MULTILINE)
+    assert state, out
+    return state.group(1), out
 
 
 def finished_hash(text: str) -> tuple[int, str]:

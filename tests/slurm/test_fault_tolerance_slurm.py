@@ -38,7 +38,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.slurm.nrp_jobs import finished_hash, launcher_times, submit
+from tests.slurm.nrp_jobs import finished_hash, launcher_times, nemo_run_state, submit
 from tests.slurm_fixture import REQUEUE_RELEASE_DELAY
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -332,6 +332,20 @@ def test_crash_loop_stops_with_no_restart_code_and_is_not_requeued(jobs):
     assert "no-restart code 93" in logs and "not requeued, the job ends FAILED" in logs, logs[-4000:]
     assert (res.state, res.exit_code, res.restarts) == ("FAILED", 93, 0), res.record
     assert "] FINISHED step=" not in logs
+
+
+def test_nemo_run_reports_the_crash_loop_failed_and_the_finished_jobs_succeeded(jobs):
+    """What a user of NeMo-Run sees: the detached experiment reloaded by id reports the crash loop FAILED (its
+    scheduler reads sacct, i.e. the cluster's accounting), the fault-free job and the requeued-then-finished job
+    SUCCEEDED. The same jobs as above: no new Slurm job."""
+    expected = {"crash-loop": "FAILED", "fault-free": "SUCCEEDED", "requeue": "SUCCEEDED"}
+    with ThreadPoolExecutor(2) as pool:  # each is a fresh interpreter importing NeMo-Run (seconds of CPU)
+        states = {name: pool.submit(nemo_run_state, jobs[name][0]) for name in expected}
+    for name, want in expected.items():
+        job = jobs[name][0]
+        state, out = states[name].result()
+        sacct = subprocess.run(["sacct", "--parsable2", "-j", job.job_id], capture_output=True, text=True)
+        assert state == want, (name, job.job_id, out[-3000:], sacct.stdout, sacct.stderr)
 
 
 def test_progress_in_every_cycle_keeps_the_job_restarting_until_it_finishes(jobs):

@@ -1,17 +1,18 @@
 """Smoke: NeMo-Run 0.11.1's SlurmExecutor + LocalTunnel submits to the local Slurm and the job runs.
 
-What it takes on this cluster (no slurmdbd, no containers):
+What it takes on this cluster (no containers):
 * ``packager=run.Packager()``: the default GitArchivePackager runs ``git rev-parse`` in the cwd;
 * ``LocalTunnel(job_dir=$NEMORUN_HOME/experiments)``: NeMo-Run writes the sbatch script under
   ``<NEMORUN_HOME or Experiment(base_dir)>/experiments/<title>/<id>`` but submits
   ``<tunnel.job_dir>/<title>/<id>/..._sbatch.sh``; only SSHTunnel copies between the two, so for a
   LocalTunnel they must be the same directory;
-* ``account=`` is required by the dataclass; Slurm without accounting ignores ``--account``;
+* ``account=`` is required by the dataclass; slurm-up registers the account ``local`` the tests use;
 * ``container_image=None``: no ``--container-*`` srun flags are emitted, commands run on the host, so
   ``env_vars["PATH"]`` must put the venv first;
-* ``detach=True`` + ``skip_status_at_exit=True``: NeMo-Run follows job state only through
-  ``sacct``, which fails here ("Slurm accounting storage is disabled"); ``exp.run(detach=False)``
-  ends in PersistentSacctFailure after ~60 s although the job COMPLETED. We wait with the fixture.
+* ``detach=True`` + ``skip_status_at_exit=True``: we wait with the fixture (scontrol/jobcomp; it also
+  lifts the hold Slurm puts on a requeued job), not with NeMo-Run's polling. NeMo-Run follows job state
+  only through ``sacct``: slurm-up's slurmdbd answers it (before it had one, ``exp.run(detach=False)``
+  ended in PersistentSacctFailure after ~60 s although the job COMPLETED).
 The experiment runs in a subprocess so NEMORUN_HOME (read at nemo_run import) is a temp dir.
 """
 
