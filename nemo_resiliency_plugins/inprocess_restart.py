@@ -30,6 +30,12 @@ What this plugin guarantees before anything is launched (all as ``ResiliencyConf
   as PreemptionPlugin leaves it) and a second in-process restart plugin on the same job. The check sees what
   plugins listed *before* this one did; a PreemptionPlugin listed after it must check for
   ``inprocess_restart.enabled`` itself.
+
+Not guarded (upstream, no knob reaches it): Megatron Bridge binds its coordination TCPStore on ``MASTER_PORT + 1``.
+On a one-node job NeMo-Run's torchrun rendezvous is ``localhost:0``, so ``MASTER_PORT`` is a random free port and
+``+ 1`` is whatever the kernel has handed to another socket: the job then fails at start with
+``DistNetworkError ... EADDRINUSE`` (seen once in this project's CI, on a busy machine). A relaunch picks another
+port; multi-node jobs use the fixed rendezvous port and are not exposed.
 """
 
 from __future__ import annotations
