@@ -26,6 +26,7 @@ from nemo_resiliency_plugins.local_checkpoint import LocalCheckpointPlugin
 from nemo_resiliency_plugins.preemption import PreemptionPlugin
 from nemo_resiliency_plugins.rerun import RerunStateMachinePlugin
 from nemo_resiliency_plugins.straggler import StragglerDetectionPlugin
+from nemo_resiliency_plugins.testing.inprocess_loop import SHORT_TIMEOUTS
 
 ENTRY = "benchmarks/gpu/workload_entry.py"
 
@@ -57,15 +58,7 @@ LOCAL = dict(non_persistent_local_ckpt_dir="/tmp/pretrain_proof/local_ckpt", non
 # checkpoint.save = checkpoint.load), so their task shows them as a user's script would; pretrain_proof.py then
 # points save and load at each job's own directory.
 CHECKPOINT_ARGS = ["checkpoint.save=/tmp/pretrain_proof/ckpt", "checkpoint.save_interval=10"]
-INPROCESS = dict(
-    granularity="rank",
-    heartbeat_interval=2.0,
-    heartbeat_timeout=20.0,
-    soft_timeout=20.0,
-    hard_timeout=30.0,
-    barrier_timeout=60.0,
-    completion_timeout=60.0,
-)
+INPROCESS = SHORT_TIMEOUTS
 
 
 def _apply(plugin: run.Plugin, args: list[str] | None = None) -> dict:

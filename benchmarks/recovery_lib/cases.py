@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from nemo_resiliency_plugins.testing.inprocess_loop import SHORT_TIMEOUTS
 from recovery_lib.jobs import Bench, Run
 from recovery_lib.settings import (
     CASES,
@@ -58,16 +59,7 @@ def ft_raise() -> list[Any]:
 
 
 def ipr_settings() -> dict[str, Any]:
-    # "rank" granularity: "node" sizes the layout by torch.cuda.device_count(), 0 on this host.
-    return dict(
-        granularity="rank",
-        heartbeat_interval=2.0,
-        heartbeat_timeout=20.0,
-        soft_timeout=20.0,
-        hard_timeout=30.0,
-        barrier_timeout=60.0,
-        completion_timeout=60.0,
-    )
+    return dict(SHORT_TIMEOUTS)
 
 
 def ipr_reserve() -> list[Any]:

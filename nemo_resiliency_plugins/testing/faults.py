@@ -39,6 +39,7 @@ import threading
 import time
 from typing import Any
 
+from nemo_resiliency_plugins.local_checkpoint_guard import LOCAL_FILE
 from nemo_resiliency_plugins.testing.rank_log import log
 
 __all__ = ["CHAINABLE_KINDS", "FAULT_KINDS", "FAULT_MARKER", "FaultInjector", "FaultSpec", "marker_name"]
@@ -191,7 +192,7 @@ class FaultInjector:
 
     def _cut_newest_local(self) -> None:
         assert self.local_dir is not None
-        names = sorted(n for n in os.listdir(self.local_dir) if re.fullmatch(r"iter_\d+_\d+_local\.pt", n))
+        names = sorted(n for n in os.listdir(self.local_dir) if LOCAL_FILE.fullmatch(n))
         if not names:
             raise RuntimeError(f"NRP_FAULT=corrupt_local: no local checkpoint in {self.local_dir} to damage")
         path = os.path.join(self.local_dir, names[-1])

@@ -14,6 +14,20 @@ import torch.distributed as dist
 from nemo_resiliency_plugins.testing import cpu_accommodations as cpu
 from nemo_resiliency_plugins.testing.rank_log import log as _log
 
+#: InProcessRestartPlugin settings for proofs on one small host (the smoke tests, the recovery benchmark, the GPU
+#: proof): NVRx timeouts short enough that a broken run fails in a minute, not in NVRx's defaults' tens of
+#: minutes, and "rank" granularity because "node" sizes the rank layout by torch.cuda.device_count() (0 on a CPU
+#: host; Megatron Bridge's own functional test uses "rank" too).
+SHORT_TIMEOUTS: dict[str, Any] = dict(
+    granularity="rank",
+    heartbeat_interval=2.0,
+    heartbeat_timeout=20.0,
+    soft_timeout=20.0,
+    hard_timeout=30.0,
+    barrier_timeout=60.0,
+    completion_timeout=60.0,
+)
+
 
 def enabled(cfg: Any) -> bool:
     # Same test as Megatron Bridge's pretrain(); a plain dict here (the override trap) fails as it would there.

@@ -28,6 +28,7 @@ import torch
 
 from nemo_resiliency_plugins import FaultTolerancePlugin
 from nemo_resiliency_plugins.inprocess_restart import InProcessRestartPlugin
+from nemo_resiliency_plugins.testing.inprocess_loop import SHORT_TIMEOUTS
 from nemo_resiliency_plugins.testing.local_run import run_local, workload_task
 from tests.helpers import assert_same_params, final_params
 
@@ -44,17 +45,7 @@ _PID = re.compile(r"pid=(\d+)")
 
 
 def reserve_plugin() -> InProcessRestartPlugin:
-    # Short NVRx timeouts (the in-process smoke test's); "rank" granularity: one host, a reserve of one rank.
-    return InProcessRestartPlugin(
-        granularity="rank",
-        active_world_size=2,
-        heartbeat_interval=2.0,
-        heartbeat_timeout=20.0,
-        soft_timeout=20.0,
-        hard_timeout=30.0,
-        barrier_timeout=60.0,
-        completion_timeout=60.0,
-    )
+    return InProcessRestartPlugin(**SHORT_TIMEOUTS, active_world_size=2)  # one host, a reserve of one rank
 
 
 def ft_plugin() -> FaultTolerancePlugin:

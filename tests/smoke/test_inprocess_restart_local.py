@@ -25,6 +25,7 @@ import pytest
 
 from nemo_resiliency_plugins import FaultTolerancePlugin
 from nemo_resiliency_plugins.inprocess_restart import InProcessRestartPlugin
+from nemo_resiliency_plugins.testing.inprocess_loop import SHORT_TIMEOUTS
 from nemo_resiliency_plugins.testing.local_run import run_local
 from tests.helpers import assert_same_params, final_params, workload_script
 
@@ -37,19 +38,7 @@ _MARKER = re.compile(r"pid=(\d+) time=([0-9.]+)")
 
 
 def ipr_plugin(**overrides) -> InProcessRestartPlugin:
-    # Short NVRx timeouts keep a broken run from taking minutes; "rank" granularity because "node" sizes the
-    # rank layout by torch.cuda.device_count() (0 here). Megatron Bridge's own functional test uses "rank" too.
-    settings = dict(
-        granularity="rank",
-        heartbeat_interval=2.0,
-        heartbeat_timeout=20.0,
-        soft_timeout=20.0,
-        hard_timeout=30.0,
-        barrier_timeout=60.0,
-        completion_timeout=60.0,
-    )
-    settings.update(overrides)
-    return InProcessRestartPlugin(**settings)
+    return InProcessRestartPlugin(**{**SHORT_TIMEOUTS, **overrides})
 
 
 def ft_plugin() -> FaultTolerancePlugin:
