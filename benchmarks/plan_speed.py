@@ -23,8 +23,8 @@ TARGET_S = 10.0
 
 
 def in_process() -> float:
-    from nemo_resiliency_plugins.planning import RunParams, llama3, plan
-    from nemo_resiliency_plugins.planning.mechanisms import our_defaults
+    from nemo_resiliency_plugins.tools.planning import RunParams, llama3, plan
+    from nemo_resiliency_plugins.tools.planning.mechanisms import our_defaults
 
     params = RunParams(gpus=16_384, step_time_s=6, save_time_s=60, async_save=True, days=54)
     started = time.perf_counter()
@@ -35,7 +35,7 @@ def in_process() -> float:
 def command(extra: list[str]) -> float:
     started = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "nemo_resiliency_plugins.cli", "plan", *ARGS, *extra],
+        [sys.executable, "-m", "nemo_resiliency_plugins.tools.cli", "plan", *ARGS, *extra],
         capture_output=True,
         text=True,
         env=os.environ | {"PYTHONPATH": os.getcwd()},

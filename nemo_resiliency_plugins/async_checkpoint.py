@@ -50,9 +50,9 @@ from typing import Any
 
 import nemo_run as run
 
-from nemo_resiliency_plugins import executor_config, task_config
+from nemo_resiliency_plugins.core import front_program, task_config
+from nemo_resiliency_plugins.core.validation import Checker
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
-from nemo_resiliency_plugins.validation import Checker
 
 #: Megatron Core's ``CheckpointConfig.async_strategy`` choices.
 ASYNC_STRATEGIES = ("nvrx", "mcore")
@@ -162,7 +162,7 @@ class AsyncCheckpointPlugin(run.Plugin):
 
     def setup(self, task: run.Partial | run.Script, executor: run.Executor) -> None:
         name = type(self).__name__
-        executor_config.check_script_entrypoint(task, plugin=name)
+        front_program.check_script_entrypoint(task, plugin=name)
         if self.script_args_converter_fn is None:
             self._check_format(task, name)
         task_config.set_config_fields(

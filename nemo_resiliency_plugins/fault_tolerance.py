@@ -27,10 +27,10 @@ from typing import Any
 
 import nemo_run as run
 
-from nemo_resiliency_plugins import autoresume, executor_config, nvrx_launcher, task_config
+from nemo_resiliency_plugins.core import autoresume, executor_config, front_program, nvrx_launcher, task_config
+from nemo_resiliency_plugins.core.known_bugs import guard_known_bugs
+from nemo_resiliency_plugins.core.validation import Checker
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
-from nemo_resiliency_plugins.known_bugs import guard_known_bugs
-from nemo_resiliency_plugins.validation import Checker
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ class FaultTolerancePlugin(run.Plugin):
 
     Autoresume: a restart only saves work if Megatron Bridge resumes from what the run saved, and Megatron
     Bridge 0.6.2 resumes only from ``checkpoint.load``. Where the task shows ``checkpoint.save``, an unset
-    ``checkpoint.load`` is set to it and a different one is refused (:mod:`nemo_resiliency_plugins.autoresume`).
+    ``checkpoint.load`` is set to it and a different one is refused (:mod:`nemo_resiliency_plugins.core.autoresume`).
     """
 
     # Megatron Bridge's FaultTolerancePlugin fields, same defaults.
@@ -203,7 +203,7 @@ class FaultTolerancePlugin(run.Plugin):
 
     def setup(self, task: run.Partial | run.Script, executor: run.Executor) -> None:
         name = type(self).__name__
-        executor_config.check_script_entrypoint(task, plugin=name)
+        front_program.check_script_entrypoint(task, plugin=name)
         iteration_file = self._iteration_file(
             autoresume.ensure_autoresume(
                 task, plugin=name, why="ft_launcher restarts and job retries", converter=self.script_args_converter_fn

@@ -23,7 +23,7 @@ What this plugin guarantees before anything is launched (all as ``ResiliencyConf
 * Warm reserves (``active_world_size`` below the executor's ranks, nodes x tasks per node): the surviving ranks
   must outlive a killed rank, which torchrun and NVRx 0.7's ft_launcher do not allow (both tear the worker group
   down on the first worker that fails; ft_launcher's ``min-healthy`` policy, which NVRx documents for this, is
-  gone). Each rank then runs under :mod:`nemo_resiliency_plugins.rank_keeper`, which leaves a rank killed by a
+  gone). Each rank then runs under :mod:`nemo_resiliency_plugins.job.rank_keeper`, which leaves a rank killed by a
   signal to NVRx (a reserve takes its place) and passes every other exit on. When no reserve is left, NVRx
   terminates the survivors and the launcher restarts the group (ft_launcher) or the job fails (torchrun).
 * Combinations that cannot work are refused: a preemption set-up (``train.exit_signal_handler`` on the task,
@@ -48,10 +48,10 @@ from typing import Any
 
 import nemo_run as run
 
-from nemo_resiliency_plugins import autoresume, executor_config, rank_keeper, task_config
+from nemo_resiliency_plugins.core import autoresume, executor_config, front_program, task_config
+from nemo_resiliency_plugins.core.known_bugs import guard_known_bugs
+from nemo_resiliency_plugins.core.validation import Checker, is_finite_number
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
-from nemo_resiliency_plugins.known_bugs import guard_known_bugs
-from nemo_resiliency_plugins.validation import Checker, is_finite_number
 
 logger = logging.getLogger(__name__)
 
@@ -236,7 +236,7 @@ class InProcessRestartPlugin(run.Plugin):
         if reserves:
             self._check_ft_timeouts_leave_room(task, name)
             # A killed rank must not make the launcher tear down the survivors (see the module docstring).
-            rank_keeper.install(task, executor, plugin=name, field="active_world_size")
+            front_program.install_rank_keeper(task, executor, plugin=name, field="active_world_size")
             logger.info("%s: %d active rank(s), %d warm reserve(s)", name, self.active_world_size, reserves)
 
     def config_values(self) -> dict[str, Any]:

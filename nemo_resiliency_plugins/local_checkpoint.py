@@ -43,7 +43,7 @@ naming the settings involved):
   ``benchmarks/results/gpu/2026-12-04-evening/summary.md``). A file whose tensor bytes were damaged is worse:
   ``torch.load`` reads it without complaint. NVRx renames a finished ``.dirty`` file without fsync, so a node
   that crashes can leave either behind. ``fallback_on_unreadable`` closes this: each rank first runs
-  :mod:`nemo_resiliency_plugins.local_checkpoint_guard`, which CRC-checks the files of ``<dir>/<rank>`` and
+  :mod:`nemo_resiliency_plugins.job.local_checkpoint_guard`, which CRC-checks the files of ``<dir>/<rank>`` and
   renames the ones that fail to ``<name>.unreadable``; NVRx then no longer offers that iteration from this
   rank, and the job resumes from a replica a peer holds or from the newest persistent checkpoint (never from
   scratch: ``checkpoint.load`` is required). The check reads every byte of the rank's local files once per
@@ -62,9 +62,9 @@ from typing import Any
 
 import nemo_run as run
 
-from nemo_resiliency_plugins import autoresume, executor_config, local_checkpoint_guard, task_config
+from nemo_resiliency_plugins.core import autoresume, executor_config, front_program, task_config
+from nemo_resiliency_plugins.core.validation import Checker
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
-from nemo_resiliency_plugins.validation import Checker
 
 logger = logging.getLogger(__name__)
 
@@ -192,7 +192,7 @@ class LocalCheckpointPlugin(run.Plugin):
 
     def setup(self, task: run.Partial | run.Script, executor: run.Executor) -> None:
         name = type(self).__name__
-        executor_config.check_script_entrypoint(task, plugin=name)
+        front_program.check_script_entrypoint(task, plugin=name)
         if self.replication:
             self._check_replication(executor, name)
         task_config.set_config_fields(
@@ -217,13 +217,11 @@ class LocalCheckpointPlugin(run.Plugin):
             self._install_guard(task, executor, name)
 
     def _install_guard(self, task: Any, executor: Any, name: str) -> None:
-        """Each rank runs :mod:`local_checkpoint_guard` first (shipped with the job), then the task's program."""
-        why = "fallback_on_unreadable checks each rank's local checkpoints before the training script starts"
-        problem = task_config.front_program_problem(task)
-        if problem is None and not executor_config.ships_files(executor, plugin=name):
-            problem = f"{executor_config.executor_kind(executor)} has no route for a file of this package to the job"
+        """Each rank runs the local-checkpoint guard first (shipped with the job), then the task's program."""
+        problem = front_program.local_guard_problem(task, executor, plugin=name)
         if problem is not None:
             if self.fallback_on_unreadable:
+                why = "fallback_on_unreadable checks each rank's local checkpoints before the training script starts"
                 raise ResiliencyConfigError(
                     name, "fallback_on_unreadable", True, "None or False here", detail=f"{why}; {problem}"
                 )
@@ -234,21 +232,13 @@ class LocalCheckpointPlugin(run.Plugin):
                 problem,
             )
             return
-        guard = executor_config.deliver_file(executor, GUARD_FILE, guard_source(), plugin=name)
-        kind, program = task_config.run_program_first(
-            task, plugin=name, field="fallback_on_unreadable", why=why, path=guard
-        )
-        field = "fallback_on_unreadable"
-        executor_config.set_env(
-            task, executor, local_checkpoint_guard.TARGET_ENV, f"{kind}:{program}", plugin=name, field=field
-        )
-        executor_config.set_env(
+        front_program.install_local_checkpoint_guard(
             task,
             executor,
-            local_checkpoint_guard.DIR_ENV,
             self.non_persistent_local_ckpt_dir,
             plugin=name,
-            field="non_persistent_local_ckpt_dir",
+            field="fallback_on_unreadable",
+            dir_field="non_persistent_local_ckpt_dir",
         )
 
     def _check_replication(self, executor: Any, name: str) -> None:
@@ -299,17 +289,6 @@ class LocalCheckpointPlugin(run.Plugin):
 
 
 # ------------------------------------------------------------------------------------- cross-plugin rules
-
-#: The name :func:`executor_config.deliver_file` ships the guard under.
-GUARD_FILE = "local_checkpoint_guard.py"
-
-
-def guard_source() -> str:
-    """The text of :mod:`local_checkpoint_guard` (standard library only, so the job needs nothing installed)."""
-    from pathlib import Path
-
-    return Path(local_checkpoint_guard.__file__).read_text()
-
 
 def _nodes(executor: Any) -> int | None:
     try:

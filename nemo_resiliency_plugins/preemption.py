@@ -19,10 +19,10 @@ NVRx 0.7.0 and Slurm 22.05 (the local cluster of ``.ci/slurm-up``):
   the ranks exit 1 and the preemption checkpoint is lost (seen on the local Slurm). With ``B:`` only the
   batch shell gets the signal, and the plugin's ``setup_lines`` forward it to the steps' *task* processes
   (``ft_launcher``, ``torchrun``, or the ranks themselves without a launcher), which pass it to the ranks
-  while the monitors stay up (:func:`nemo_resiliency_plugins.executor_config.forward_batch_signal_to_tasks`).
+  while the monitors stay up (:func:`nemo_resiliency_plugins.core.executor_config.forward_batch_signal_to_tasks`).
 * With ``FaultTolerancePlugin`` (NeMo-Run's ft_launcher sbatch template), a run that exited 0 after the
   signal is requeued to continue, and a run that exited 0 without it is marked finished instead of being
-  requeued for ever (:func:`nemo_resiliency_plugins.executor_config.guard_ft_requeue`). Without
+  requeued for ever (:func:`nemo_resiliency_plugins.core.executor_config.guard_ft_requeue`). Without
   FaultTolerancePlugin NeMo-Run's plain template requeues only failed runs: the job ends COMPLETED after the
   save and is continued by submitting it again.
 * ``exit_signal`` (default ``SIGTERM``) is written to ``train.exit_signal`` as the signal's *number*
@@ -58,10 +58,10 @@ from typing import Any
 
 import nemo_run as run
 
-from nemo_resiliency_plugins import autoresume, executor_config, task_config
+from nemo_resiliency_plugins.core import autoresume, executor_config, task_config
+from nemo_resiliency_plugins.core.validation import Checker
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
 from nemo_resiliency_plugins.local_checkpoint import local_checkpoints_on
-from nemo_resiliency_plugins.validation import Checker
 
 logger = logging.getLogger(__name__)
 

@@ -63,8 +63,8 @@ from typing import Any
 
 import nemo_run as run
 
-from nemo_resiliency_plugins import executor_config, task_config
-from nemo_resiliency_plugins.validation import Checker
+from nemo_resiliency_plugins.core import front_program, task_config
+from nemo_resiliency_plugins.core.validation import Checker
 
 logger = logging.getLogger(__name__)
 
@@ -174,7 +174,7 @@ class RerunStateMachinePlugin(run.Plugin):
 
     def setup(self, task: run.Partial | run.Script, executor: run.Executor) -> None:
         name = type(self).__name__
-        executor_config.check_script_entrypoint(task, plugin=name)
+        front_program.check_script_entrypoint(task, plugin=name)
         task_config.set_config_fields(
             task,
             "rerun_state_machine",

@@ -40,10 +40,10 @@ from typing import Any
 
 import nemo_run as run
 
-from nemo_resiliency_plugins import autoresume, executor_config, task_config
+from nemo_resiliency_plugins.core import autoresume, front_program, task_config
+from nemo_resiliency_plugins.core.known_bugs import guard_known_bugs
+from nemo_resiliency_plugins.core.validation import Checker
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
-from nemo_resiliency_plugins.known_bugs import guard_known_bugs
-from nemo_resiliency_plugins.validation import Checker
 
 logger = logging.getLogger(__name__)
 
@@ -159,7 +159,7 @@ class StragglerDetectionPlugin(run.Plugin):
 
     def setup(self, task: run.Partial | run.Script, executor: run.Executor) -> None:
         name = type(self).__name__
-        executor_config.check_script_entrypoint(task, plugin=name)
+        front_program.check_script_entrypoint(task, plugin=name)
         if self.enabled:
             self._refuse_legacy_detector(task, name)
         if self.enabled and self.stop_if_detected:

@@ -39,7 +39,7 @@ import threading
 import time
 from typing import Any
 
-from nemo_resiliency_plugins.local_checkpoint_guard import LOCAL_FILE
+from nemo_resiliency_plugins.job.local_checkpoint_guard import LOCAL_FILE
 from nemo_resiliency_plugins.testing.rank_log import log
 
 __all__ = ["CHAINABLE_KINDS", "FAULT_KINDS", "FAULT_MARKER", "FaultInjector", "FaultSpec", "marker_name"]

@@ -33,7 +33,7 @@ from typing import Any
 
 import pytest
 
-from nemo_resiliency_plugins.rehearse import DEFAULT_FAULTS, PluginsLike, RehearsalReport, rehearse
+from nemo_resiliency_plugins.tools.rehearse import DEFAULT_FAULTS, PluginsLike, RehearsalReport, rehearse
 
 
 def assert_rehearsal_ok(plugins: PluginsLike, faults: Sequence[str] = DEFAULT_FAULTS, **kwargs: Any) -> RehearsalReport:

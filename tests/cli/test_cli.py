@@ -17,9 +17,9 @@ from pathlib import Path
 import nemo_run as run
 import pytest
 
-from nemo_resiliency_plugins.cli import main
-from nemo_resiliency_plugins.explain import EXTRA_EXECUTOR_KINDS
 from nemo_resiliency_plugins.recipes import RECIPES
+from nemo_resiliency_plugins.tools.cli import main
+from nemo_resiliency_plugins.tools.explain import EXTRA_EXECUTOR_KINDS
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
@@ -42,7 +42,7 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 
 def test_the_command_runs_as_a_subprocess_too():
     out = subprocess.run(
-        [sys.executable, "-m", "nemo_resiliency_plugins.cli", "list", "--json"],
+        [sys.executable, "-m", "nemo_resiliency_plugins.tools.cli", "list", "--json"],
         capture_output=True,
         text=True,
         timeout=180,

@@ -13,8 +13,9 @@ import sys
 import nemo_run as run
 import pytest
 
-from nemo_resiliency_plugins import FaultTolerancePlugin, cli
-from nemo_resiliency_plugins.cli import main
+from nemo_resiliency_plugins import FaultTolerancePlugin
+from nemo_resiliency_plugins.tools import cli
+from nemo_resiliency_plugins.tools.cli import main
 
 
 def call(capsys, *args: str) -> tuple[int, str, str]:
@@ -122,7 +123,7 @@ def test_explain_into_a_file_writes_a_valid_sbatch_script(capsys, tmp_path, monk
 def test_the_installed_entry_point_reports_a_typo_on_stderr():
     """As a user runs it (a subprocess): the typo that used to exit 2 with no output at all."""
     out = subprocess.run(
-        [sys.executable, "-m", "nemo_resiliency_plugins.cli", "doctor", "local-smok"],
+        [sys.executable, "-m", "nemo_resiliency_plugins.tools.cli", "doctor", "local-smok"],
         capture_output=True,
         text=True,
         timeout=180,

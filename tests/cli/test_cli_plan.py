@@ -10,7 +10,7 @@ import nemo_run as run
 import pytest
 
 from nemo_resiliency_plugins import FaultTolerancePlugin
-from nemo_resiliency_plugins.cli import main
+from nemo_resiliency_plugins.tools.cli import main
 
 RUN = ["plan", "--gpus", "1024", "--step-time", "2", "--save-time", "30", "--days", "2"]
 

@@ -9,7 +9,7 @@ import textwrap
 import pytest
 
 from nemo_resiliency_plugins import FaultTolerancePlugin, PreemptionPlugin
-from nemo_resiliency_plugins.cli import UsageError, plugins_for
+from nemo_resiliency_plugins.tools.cli import UsageError, plugins_for
 
 SCRIPT = textwrap.dedent(
     """

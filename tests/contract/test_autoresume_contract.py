@@ -7,7 +7,8 @@ from __future__ import annotations
 import nemo_run as run
 import pytest
 
-from nemo_resiliency_plugins import FaultTolerancePlugin, nvrx_launcher
+from nemo_resiliency_plugins import FaultTolerancePlugin
+from nemo_resiliency_plugins.core import nvrx_launcher
 from tests.helpers import add_job, launch_command, local
 
 pytestmark = pytest.mark.contract

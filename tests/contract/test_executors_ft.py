@@ -17,7 +17,7 @@ import nemo_run as run
 import pytest
 
 from nemo_resiliency_plugins import FaultTolerancePlugin, ResiliencyConfigError
-from nemo_resiliency_plugins.executors import FaultToleranceWithSections, for_executor
+from nemo_resiliency_plugins.core.executors import FaultToleranceWithSections, for_executor
 from tests.contract.executor_jobs import (
     env_and_launch_lines,
     parse_launch,
@@ -97,7 +97,7 @@ def test_docker_job_gives_ft_launcher_the_sections(tmp_path, monkeypatch):
 
 @pytest.fixture
 def notes():
-    with logged("nemo_resiliency_plugins.executor_config", logging.INFO) as log:
+    with logged("nemo_resiliency_plugins.core.executor_config", logging.INFO) as log:
         yield log.messages
 
 
@@ -246,7 +246,7 @@ def test_preemption_off_slurm_checks_the_platform_grace_period(tmp_path):
 
 def test_timeout_chain_has_the_platform_grace_link():
     from nemo_resiliency_plugins import PreemptionPlugin
-    from nemo_resiliency_plugins.timeout_chain import timeout_chain
+    from nemo_resiliency_plugins.tools.timeout_chain import timeout_chain
 
     links = {link.name: link for link in timeout_chain([PreemptionPlugin()], docker(), step_time_s=5, save_time_s=30)}
     grace = links["platform SIGTERM->SIGKILL grace > one step + one save"]
@@ -263,7 +263,7 @@ def test_task_side_plugins_reach_the_job_through_the_executor_env(make):
     from nemo_resiliency_plugins import InProcessRestartPlugin, RerunStateMachinePlugin, StragglerDetectionPlugin
 
     # Straggler detection and in-process restart are checked in separate jobs: together they are refused on
-    # Megatron Bridge 0.6.2 (Megatron-Bridge#5761, nemo_resiliency_plugins/known_bugs.py).
+    # Megatron Bridge 0.6.2 (Megatron-Bridge#5761, nemo_resiliency_plugins/core/known_bugs.py).
     job = render(make(), [InProcessRestartPlugin(), FaultTolerancePlugin(num_job_retries_on_failure=0)])
     env = job.executor.env_vars
     assert env["TORCH_NCCL_RETHROW_CUDA_ERRORS"] == "0" and env["NCCL_NVLS_ENABLE"] == "0"
@@ -312,7 +312,7 @@ def test_group_rank_only_where_one_value_is_right(make, group_rank, tmp_path):
 
 
 def test_doctor_infrastructure_rank_verdicts(tmp_path):
-    from nemo_resiliency_plugins.doctor import _infra_rank_check
+    from nemo_resiliency_plugins.tools.doctor import _infra_rank_check
 
     assert _infra_rank_check(dgxcloud(nodes=2)).verdict == "pass"  # DGX Cloud's script exports one per node
     assert _infra_rank_check(slurm_nodes(tmp_path, 2)).verdict == "n/a"  # SLURM_PROCID

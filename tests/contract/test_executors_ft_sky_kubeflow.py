@@ -14,9 +14,9 @@ import nemo_run as run
 import pytest
 
 from nemo_resiliency_plugins import FaultTolerancePlugin, ResiliencyConfigError
-from nemo_resiliency_plugins.executors import for_executor
-from nemo_resiliency_plugins.explain import EXTRA_EXECUTOR_KINDS, make_executor
+from nemo_resiliency_plugins.core.executors import for_executor
 from nemo_resiliency_plugins.recipes import RECIPES
+from nemo_resiliency_plugins.tools.explain import EXTRA_EXECUTOR_KINDS, make_executor
 from tests.contract.executor_jobs import env_and_launch_lines, parse_launch, render, run_as_node
 from tests.contract.test_executors_ft import assert_sections_reach_the_rank_monitor
 

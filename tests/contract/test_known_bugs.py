@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from nemo_resiliency_plugins import known_bugs
-from nemo_resiliency_plugins.known_bugs import (
+from nemo_resiliency_plugins.core import known_bugs
+from nemo_resiliency_plugins.core.known_bugs import (
     KNOWN_BUGS,
     CallWrapperNotForwarded,
     FinishedRunResumeFails,
@@ -171,7 +171,7 @@ def test_checks_never_import_megatron_bridge():
     """Plugins run on submit hosts: reading the code must not import (or need) Megatron Bridge, nor NeMo-Run."""
     code = (
         "import sys\n"
-        "from nemo_resiliency_plugins import known_bugs\n"
+        "from nemo_resiliency_plugins.core import known_bugs\n"
         "print([b.detect().status for b in known_bugs.KNOWN_BUGS])\n"
         "assert not [m for m in sys.modules if m.startswith(('megatron.bridge', 'nemo_run', 'torch'))]\n"
     )

@@ -10,7 +10,7 @@ import nemo_run as run
 import pytest
 
 from nemo_resiliency_plugins import FaultTolerancePlugin
-from nemo_resiliency_plugins.task_config import SECTIONS
+from nemo_resiliency_plugins.core.task_config import SECTIONS
 
 pytestmark = pytest.mark.contract
 

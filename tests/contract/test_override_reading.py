@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nemo_resiliency_plugins import ResiliencyConfigError
-from nemo_resiliency_plugins.hydra_overrides import format_value
-from nemo_resiliency_plugins.task_config import read_config_field
+from nemo_resiliency_plugins.core.hydra_overrides import format_value
+from nemo_resiliency_plugins.core.task_config import read_config_field
 
 _TEXT = st.text(alphabet="ab/_.-'\"\\${}[],: =()x1", min_size=0, max_size=14)
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

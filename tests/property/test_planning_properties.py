@@ -9,10 +9,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nemo_resiliency_plugins.planning.failures import FAULT_CLASSES, FailureModel
-from nemo_resiliency_plugins.planning.mechanisms import megatron_bridge_defaults
-from nemo_resiliency_plugins.planning.recovery import MechanismSet, RunParams, goodput_closed_form
-from nemo_resiliency_plugins.planning.simulate import simulate
+from nemo_resiliency_plugins.tools.planning.failures import FAULT_CLASSES, FailureModel
+from nemo_resiliency_plugins.tools.planning.mechanisms import megatron_bridge_defaults
+from nemo_resiliency_plugins.tools.planning.recovery import MechanismSet, RunParams, goodput_closed_form
+from nemo_resiliency_plugins.tools.planning.simulate import simulate
 
 seconds = st.floats(min_value=0.05, max_value=5000, allow_nan=False)
 rates = st.floats(min_value=0.0, max_value=1e-3, allow_nan=False)

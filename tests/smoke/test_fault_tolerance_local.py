@@ -140,12 +140,12 @@ def test_faults_beyond_the_restart_budget_end_failed(tmp_path):
 
 
 def test_5711_a_finished_run_started_again_fails_exactly_where_the_known_bug_check_says(baseline, tmp_path):
-    """Megatron-Bridge#5711 (nemo_resiliency_plugins/known_bugs.py) for real: the baseline's finished save directory
+    """Megatron-Bridge#5711 (core/known_bugs.py) for real: the baseline's finished save directory
     started again, as a Slurm requeue of a run that had in fact finished would be. Where the check reads the bug in
     the installed code (0.6.2 here) the run fails in Megatron Bridge's fault_tolerance.shutdown with NVRx's "Not
     enough data to compute timeouts"; where it reads the fix, the run succeeds. (The workaround,
     calc_ft_timeouts=False, on the same directory: SUCCEEDED, verified by hand.)"""
-    from nemo_resiliency_plugins.known_bugs import FinishedRunResumeFails
+    from nemo_resiliency_plugins.core.known_bugs import FinishedRunResumeFails
 
     save = tmp_path / "save"
     shutil.copytree(baseline[1], save)

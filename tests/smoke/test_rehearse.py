@@ -15,8 +15,8 @@ import pytest
 
 from nemo_resiliency_plugins import FaultTolerancePlugin, PreemptionPlugin
 from nemo_resiliency_plugins.recipes import get_recipe
-from nemo_resiliency_plugins.rehearse import FAULT_STEP, SAVE_INTERVAL, TARGET_STEP_TIMEOUT_S, rehearse
 from nemo_resiliency_plugins.testing.pytest_plugin import assert_rehearsal_ok, rehearsal  # noqa: F401
+from nemo_resiliency_plugins.tools.rehearse import FAULT_STEP, SAVE_INTERVAL, TARGET_STEP_TIMEOUT_S, rehearse
 
 RESUME_STEP = FAULT_STEP // SAVE_INTERVAL * SAVE_INTERVAL
 

@@ -1,4 +1,4 @@
-"""Autoresume preconditions (nemo_resiliency_plugins/autoresume.py) through each restarting plugin's real setup on
+"""Autoresume preconditions (nemo_resiliency_plugins/core/autoresume.py) through each restarting plugin's real setup on
 real NeMo-Run tasks: Megatron Bridge 0.6.2 resumes only from checkpoint.load, so every plugin that restarts a job
 wires it to checkpoint.save where unset and refuses what would train from iteration 0."""
 
@@ -18,7 +18,7 @@ from nemo_resiliency_plugins import (
     ResiliencyConfigError,
     StragglerDetectionPlugin,
 )
-from nemo_resiliency_plugins.nvrx_launcher import CONFIG_PATH_ENV, ITERATION_FILE
+from nemo_resiliency_plugins.core.nvrx_launcher import CONFIG_PATH_ENV, ITERATION_FILE
 from tests.helpers import add_job, local, slurm
 
 MODULE = "nemo_resiliency_plugins.testing.workload"

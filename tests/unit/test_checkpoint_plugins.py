@@ -260,7 +260,7 @@ def test_script_args_converter_fn_receives_every_value():
 
 
 def _links(plugins, executor, **kw):
-    from nemo_resiliency_plugins.timeout_chain import timeout_chain
+    from nemo_resiliency_plugins.tools.timeout_chain import timeout_chain
 
     return {link.name: link for link in timeout_chain(plugins, executor, **kw)}
 
@@ -286,7 +286,7 @@ def test_timeout_chain_preemption_exit_and_replication_links(tmp_path):
 
 
 def test_doctor_reads_async_and_local_settings_from_the_task_without_plugins():
-    from nemo_resiliency_plugins.doctor import check_job
+    from nemo_resiliency_plugins.tools.doctor import check_job
 
     bad = script(
         "checkpoint.save=/c",
@@ -320,7 +320,7 @@ def _recipes():
     import sys
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[2] / "recipes" / "__init__.py"
+    path = Path(__file__).resolve().parents[2] / "nemo_resiliency_plugins" / "recipes" / "__init__.py"
     spec = importlib.util.spec_from_file_location("nrp_recipes_under_test", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
@@ -343,7 +343,7 @@ def test_recipes_carry_the_checkpoint_plugins_and_apply_to_a_real_slurm_job(tmp_
 
 
 def test_rehearsal_runs_local_checkpoints_on_one_machine_and_says_what_it_cannot():
-    from nemo_resiliency_plugins.rehearse import SAVE_INTERVAL, rehearsal_plugins
+    from nemo_resiliency_plugins.tools.rehearse import SAVE_INTERVAL, rehearsal_plugins
 
     plugins, scaled, missing = rehearsal_plugins(
         [AsyncCheckpointPlugin(), lcp(non_persistent_save_interval=50, replication=True, replication_jump=8)]

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nemo_resiliency_plugins.hydra_overrides import find_overrides, format_value, parse_value, same_value
+from nemo_resiliency_plugins.core.hydra_overrides import find_overrides, format_value, parse_value, same_value
 
 
 @pytest.mark.parametrize(

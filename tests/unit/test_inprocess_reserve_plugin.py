@@ -16,7 +16,7 @@ from nemo_run.core.execution.launcher import FaultTolerance
 
 from nemo_resiliency_plugins import FaultTolerancePlugin, ResiliencyConfigError
 from nemo_resiliency_plugins.inprocess_restart import InProcessRestartPlugin
-from nemo_resiliency_plugins.rank_keeper import KEEPER_MODULE, MODULE_ENV, SCRIPT_ENV
+from nemo_resiliency_plugins.job.rank_keeper import KEEPER_MODULE, MODULE_ENV, SCRIPT_ENV
 from tests.helpers import TRAIN, add_job, launch_command
 
 WORKLOAD = "nemo_resiliency_plugins.testing.workload"

@@ -20,8 +20,8 @@ from nemo_resiliency_plugins import (
     ResiliencyConfigError,
     StragglerDetectionPlugin,
 )
-from nemo_resiliency_plugins import executor_config as ec
-from nemo_resiliency_plugins.hydra_overrides import format_value, parse_value, same_value
+from nemo_resiliency_plugins.core import executor_config as ec
+from nemo_resiliency_plugins.core.hydra_overrides import format_value, parse_value, same_value
 from nemo_resiliency_plugins.recipes import RECIPES, get_recipe
 from tests.helpers import TRAIN, add_job, launch_command, local, slurm
 
@@ -357,7 +357,7 @@ def test_retries_claim_is_not_serialized(tmp_path):
 
 
 def test_3_doctor_turns_an_override_hydra_rejects_into_a_fail_check():
-    from nemo_resiliency_plugins.doctor import check_job
+    from nemo_resiliency_plugins.tools.doctor import check_job
 
     checks = check_job(script("checkpoint.save='/ckpt"), local(), [])
     assert [(c.verdict, c.name) for c in checks] == [("FAIL", "task.args parse with Hydra's override parser")]

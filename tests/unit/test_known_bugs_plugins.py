@@ -14,13 +14,13 @@ from nemo_resiliency_plugins import (
     InProcessRestartPlugin,
     ResiliencyConfigError,
     StragglerDetectionPlugin,
-    known_bugs,
 )
-from nemo_resiliency_plugins.doctor import check_job
-from nemo_resiliency_plugins.explain import explain
+from nemo_resiliency_plugins.core import known_bugs
+from nemo_resiliency_plugins.tools.doctor import check_job
+from nemo_resiliency_plugins.tools.explain import explain
 from tests.helpers import TRAIN, add_job, local, logged
 
-LOGGER = "nemo_resiliency_plugins.known_bugs"
+LOGGER = "nemo_resiliency_plugins.core.known_bugs"
 
 
 def script(*args):

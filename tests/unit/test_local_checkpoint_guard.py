@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from nemo_resiliency_plugins import LocalCheckpointPlugin, ResiliencyConfigError
-from nemo_resiliency_plugins import local_checkpoint_guard as guard
-from nemo_resiliency_plugins.local_checkpoint import GUARD_FILE, guard_source
+from nemo_resiliency_plugins.core.front_program import GUARD_FILE, guard_source
+from nemo_resiliency_plugins.job import local_checkpoint_guard as guard
 from tests.helpers import add_job, local, logged, slurm
 
 SCHEDULE = ["checkpoint.save=/ckpt", "checkpoint.load=/ckpt", "checkpoint.save_interval=100"]
@@ -157,7 +157,7 @@ def test_where_the_guard_cannot_run_the_default_says_so_and_true_is_refused():
 
 
 def test_explain_shows_the_program_put_in_front():
-    from nemo_resiliency_plugins.explain import explain
+    from nemo_resiliency_plugins.tools.explain import explain
 
     result = explain([lcp()], module_task(), local(), executor_kind="local")
     (effect,) = [e for e in result.effects if e.plugin == "LocalCheckpointPlugin"]

@@ -9,17 +9,18 @@ import pytest
 
 from nemo_resiliency_plugins import FaultTolerancePlugin, PreemptionPlugin
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
-from nemo_resiliency_plugins.planning import failures as fm
-from nemo_resiliency_plugins.planning.mechanisms import from_plugins, megatron_bridge_defaults, our_defaults
-from nemo_resiliency_plugins.planning.optimum import (
+from nemo_resiliency_plugins.recipes import get_recipe
+from nemo_resiliency_plugins.tools.planning import failures as fm
+from nemo_resiliency_plugins.tools.planning.mechanisms import from_plugins, megatron_bridge_defaults, our_defaults
+from nemo_resiliency_plugins.tools.planning.optimum import (
     daly_interval,
     reserve_nodes,
     restart_budget,
     section_timeouts,
     young_interval,
 )
-from nemo_resiliency_plugins.planning.plan import flags
-from nemo_resiliency_plugins.planning.recovery import (
+from nemo_resiliency_plugins.tools.planning.plan import flags
+from nemo_resiliency_plugins.tools.planning.recovery import (
     MechanismSet,
     RunParams,
     attempt_cycle_goodput,
@@ -28,7 +29,6 @@ from nemo_resiliency_plugins.planning.recovery import (
     hang_detect_s,
     training_rate,
 )
-from nemo_resiliency_plugins.recipes import get_recipe
 
 
 def one_class(rate_per_s: float, cls: str = "dead_process") -> fm.FailureModel:
@@ -159,7 +159,7 @@ def test_a_180_s_step_timeout_on_a_2_s_step_is_flagged_as_90_steps_a_hang():
     plugins = [FaultTolerancePlugin(calc_ft_timeouts=False), PreemptionPlugin()]
     yours = from_plugins(plugins, params)
     assert yours.step_timeout_s == 180 and yours.preemption_handled
-    from nemo_resiliency_plugins.planning.mechanisms import recommended
+    from nemo_resiliency_plugins.tools.planning.mechanisms import recommended
 
     rec, details = recommended(params, fm.llama3(), 600, None)
     found = {f.setting: f for f in flags(params, fm.llama3(), yours, rec, details, None, None)}

@@ -9,17 +9,17 @@ import math
 import numpy as np
 import pytest
 
-from nemo_resiliency_plugins.planning import failures as fm
-from nemo_resiliency_plugins.planning.mechanisms import megatron_bridge_defaults, our_defaults, recommended
-from nemo_resiliency_plugins.planning.optimum import optimal_local_interval, optimal_persistent_interval
-from nemo_resiliency_plugins.planning.plan import plan
-from nemo_resiliency_plugins.planning.recovery import (
+from nemo_resiliency_plugins.tools.planning import failures as fm
+from nemo_resiliency_plugins.tools.planning.mechanisms import megatron_bridge_defaults, our_defaults, recommended
+from nemo_resiliency_plugins.tools.planning.optimum import optimal_local_interval, optimal_persistent_interval
+from nemo_resiliency_plugins.tools.planning.plan import plan
+from nemo_resiliency_plugins.tools.planning.recovery import (
     RunParams,
     fault_costs,
     goodput_closed_form,
     redo_s,
 )
-from nemo_resiliency_plugins.planning.simulate import simulate
+from nemo_resiliency_plugins.tools.planning.simulate import simulate
 
 # "Published-style" parameters for Llama 3 405B's run (the report gives none of these; each is an assumption
 # the README states): a 6 s step, 60 s async persistent saves blocking training for one step, 5 minutes from a

@@ -15,7 +15,7 @@ from nemo_run.core.execution.slurm import SlurmBatchRequest
 from nemo_run.run.torchx_backend.packaging import package
 
 from nemo_resiliency_plugins import FaultTolerancePlugin, ResiliencyConfigError
-from nemo_resiliency_plugins.executor_config import slurm_time_limit_seconds
+from nemo_resiliency_plugins.core.executor_config import slurm_time_limit_seconds
 from nemo_resiliency_plugins.preemption import (
     PreemptionPlugin,
     PreemptionPluginScriptArgs,

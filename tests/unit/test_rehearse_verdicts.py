@@ -9,7 +9,9 @@ from pathlib import Path
 
 import torch
 
-from nemo_resiliency_plugins.rehearse import RunOutcome, _judge, _Watch
+from nemo_resiliency_plugins.tools.rehearse.report import RunOutcome
+from nemo_resiliency_plugins.tools.rehearse.run import _judge
+from nemo_resiliency_plugins.tools.rehearse.watch import Watch
 
 FIRST_ATTEMPT = [
     "[rank0] STARTING from scratch",
@@ -26,7 +28,7 @@ def _judge_log(tmp_path: Path, *after_fault: str):
     torch.save({"w": torch.ones(2)}, save / "final_params.pt")
     log = tmp_path / "job" / "combined.log"
     log.parent.mkdir()
-    watch = _Watch(str(tmp_path / "job"), time.monotonic(), None)
+    watch = Watch(str(tmp_path / "job"), time.monotonic(), None)
     for chunk in (FIRST_ATTEMPT, WORKER_FAILED, list(after_fault)):
         with log.open("a") as handle:
             handle.write("".join(line + "\n" for line in chunk))

@@ -12,7 +12,8 @@ import subprocess
 
 import pytest
 
-from nemo_resiliency_plugins import FaultTolerancePlugin, ResiliencyConfigError, slurm_script
+from nemo_resiliency_plugins import FaultTolerancePlugin, ResiliencyConfigError
+from nemo_resiliency_plugins.core import slurm_script
 from tests.helpers import add_job, logged, slurm
 
 W = "[WARNING] [vm] [workload:?(0) infra:{t}(0)] rank_monitor_server.py:522"
@@ -118,7 +119,7 @@ def test_the_watchdog_is_on_for_multi_node_slurm_jobs(tmp_path):
 
 
 def test_a_log_level_that_hides_the_launchers_lines_switches_it_off_and_says_so(tmp_path):
-    with logged("nemo_resiliency_plugins.executor_config", 20) as log:
+    with logged("nemo_resiliency_plugins.core.executor_config", 20) as log:
         job = add_job(_script(), two_nodes(tmp_path), [FaultTolerancePlugin(log_level="WARNING")])
     assert "NRP_SILENT_NODE_TIMEOUT" not in job.executor.env_vars
     assert any("silent_node_timeout has no effect" in m for m in log.messages), log.messages

@@ -4,7 +4,7 @@ import nemo_run as run
 import pytest
 
 from nemo_resiliency_plugins import ResiliencyConfigError
-from nemo_resiliency_plugins.task_config import read_config_field, set_config_fields
+from nemo_resiliency_plugins.core.task_config import read_config_field, set_config_fields
 
 FT = "megatron.bridge.training.config.FaultToleranceConfig"
 

@@ -1,0 +1,157 @@
+"""The autoresume preconditions every restarting plugin relies on, checked in one place.
+
+A restart (ft_launcher's, a Slurm requeue after a failure or a preemption, an in-process re-entry, a stop by the
+straggler detector) only saves work when the next run resumes from the checkpoints this run wrote. Megatron
+Bridge 0.6.2 resumes only from ``checkpoint.load`` (``training/setup.py``, ``_should_load_checkpoint``); it never
+falls back to ``checkpoint.save``. Its recipes set both to the same directory, but a task that overrides
+``checkpoint.save`` alone keeps the recipe's ``load`` (another directory, or none), and every restart then trains
+from iteration 0 (or from an old checkpoint) while the job looks healthy.
+
+So, wherever the task shows its checkpoint settings (``task.args`` overrides of a ``run.Script``, the
+``ConfigContainer`` of a ``run.Partial``):
+
+* ``checkpoint.save`` unset or null: refused (nothing is saved, nothing can be resumed);
+* ``checkpoint.load`` unset: set to ``checkpoint.save``. This is wiring a prerequisite, not overwriting a user's
+  value: the field is empty where the task shows it, and it is what Megatron Bridge's own recipes do
+  (``recipes/common.py`` sets ``checkpoint.load = checkpoint.save = checkpoint_dir``). For a script whose recipe
+  sets ``load`` to its own default directory, the override makes the restart read what this run saves;
+* ``checkpoint.load`` set to another directory: refused, naming both (a fine-tune's starting weights belong in
+  ``checkpoint.pretrained_checkpoint``, which Megatron Bridge reads only when ``load`` has no checkpoint);
+* ``checkpoint.save_interval`` null or below 1: refused (no periodic checkpoint to resume from).
+
+Where the task does not show ``checkpoint.save`` (a recipe built inside the script), nothing can be checked: a
+warning says so, and ``explain`` / ``doctor`` show it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import nemo_run as run
+
+from nemo_resiliency_plugins.core import task_config
+from nemo_resiliency_plugins.errors import ResiliencyConfigError
+
+logger = logging.getLogger(__name__)
+
+#: What a plugin's refusal says will happen without the fix.
+FROM_SCRATCH = "every restart would train from iteration 0"
+
+
+@dataclass(frozen=True)
+class CheckpointDirs:
+    """What the task shows of its checkpoint directories after :func:`ensure_autoresume`."""
+
+    #: the directory the job saves to and resumes from; None when the task does not show it
+    save: str | None
+    #: True when the plugin set ``checkpoint.load`` to ``save`` (it was unset)
+    load_was_set: bool = False
+
+    @property
+    def visible(self) -> bool:
+        return self.save is not None
+
+
+def _same_dir(a: str, b: str) -> bool:
+    return os.path.normpath(a) == os.path.normpath(b)
+
+
+def ensure_autoresume(
+    task: Any, *, plugin: str, why: str, require_visible: bool = False, converter: Any = None
+) -> CheckpointDirs:
+    """Check (and where one field is merely unset, wire) that a restarted job resumes from what it saved.
+
+    ``why`` says what restarts the job (e.g. "ft_launcher restarts and Slurm requeues"), for the messages.
+    ``converter``: the plugin's ``script_args_converter_fn``; with one, a script's settings cannot be seen.
+    ``require_visible``: refuse a task that does not show ``checkpoint.save`` (a plugin whose whole point is a
+    save at exit, such as PreemptionPlugin, cannot leave that unchecked).
+    """
+    if converter is not None and isinstance(task, run.Script):
+        # The script takes its own argument style (script_args_converter_fn): its overrides cannot be read or written.
+        logger.warning(
+            "%s: script_args_converter_fn is set, so the checkpoint settings of the script are not visible: make "
+            "sure the job resumes from the directory it saves to after %s, or %s",
+            plugin,
+            why,
+            FROM_SCRATCH,
+        )
+        return CheckpointDirs(save=None)
+    seen, save = task_config.config_field_seen(task, "checkpoint", "save", plugin=plugin)
+    if not seen:
+        if require_visible:
+            raise ResiliencyConfigError(
+                plugin,
+                "checkpoint.save",
+                None,
+                "a checkpoint directory the task shows (a checkpoint.save=<dir> override in task.args, or "
+                "checkpoint.save on the run.Partial's ConfigContainer)",
+                detail=(
+                    f"training continues after {why} only if the job saves to and Megatron Bridge loads from the "
+                    "same directory; the task does not show checkpoint.save, so this cannot be checked. Pass "
+                    "checkpoint.save=<dir> (and checkpoint.load=<same dir>) explicitly"
+                ),
+            )
+        logger.warning(
+            "%s: the task does not show checkpoint.save (a recipe inside the script?): cannot check that training "
+            "resumes from the last checkpoint after %s. Megatron Bridge resumes only from checkpoint.load: make it "
+            "the directory checkpoint.save writes, or %s",
+            plugin,
+            why,
+            FROM_SCRATCH,
+        )
+        return CheckpointDirs(save=None)
+    if not isinstance(save, str) or not save:
+        raise ResiliencyConfigError(
+            plugin,
+            "checkpoint.save",
+            save,
+            "a checkpoint directory",
+            detail=f"the job saves no checkpoint, so {FROM_SCRATCH} ({why})",
+        )
+    interval_seen, interval = task_config.config_field_seen(task, "checkpoint", "save_interval", plugin=plugin)
+    bad_interval = interval is None or isinstance(interval, bool) or not isinstance(interval, int) or interval < 1
+    if interval_seen and bad_interval:
+        raise ResiliencyConfigError(
+            plugin,
+            "checkpoint.save_interval",
+            interval,
+            "a whole number of iterations >= 1",
+            detail=f"without a periodic save only the final checkpoint exists, so {FROM_SCRATCH} ({why})",
+        )
+    load_seen, load = task_config.config_field_seen(task, "checkpoint", "load", plugin=plugin)
+    if load_seen and isinstance(load, str) and load:
+        if not _same_dir(load, save):
+            raise ResiliencyConfigError(
+                plugin,
+                "checkpoint.load",
+                load,
+                f"the directory checkpoint.save writes ({save!r})",
+                detail=(
+                    f"Megatron Bridge resumes only from checkpoint.load, so after a restart ({why}) the job would "
+                    f"load {load!r}, not the checkpoints it saved in {save!r}: the work since the start would be "
+                    "lost on every restart. Set checkpoint.load to the same directory; put a fine-tune's starting "
+                    "weights in checkpoint.pretrained_checkpoint"
+                ),
+            )
+        return CheckpointDirs(save=save)
+    if (
+        load_seen
+        and isinstance(task, run.Script)
+        and load is None
+        and any(o.key == "checkpoint.load" for o in task_config.script_overrides(task, plugin=plugin))
+    ):
+        raise ResiliencyConfigError(
+            plugin,
+            "checkpoint.load",
+            None,
+            f"the directory checkpoint.save writes ({save!r})",
+            detail=f"task.args removes checkpoint.load, so {FROM_SCRATCH} ({why})",
+        )
+    task_config.set_config_fields(task, "checkpoint", {"load": save}, plugin=plugin, fill_none=True)
+    return CheckpointDirs(save=save, load_was_set=True)
+
+
+__all__ = ["FROM_SCRATCH", "CheckpointDirs", "ensure_autoresume"]

@@ -1,0 +1,389 @@
+"""The one place plugins change a NeMo-Run executor: env vars, launcher, retries, Slurm fields, and files
+the job must read.
+
+What differs between executors (which env reaches the job, whether retries are honoured, how a config file
+gets there, the node's infrastructure rank, what is refused) is decided by one small rules class per
+executor in :mod:`nemo_resiliency_plugins.core.executors`; the functions here are the mechanism plugins call.
+
+Every setter refuses to overwrite a different value the user already set (``ResiliencyConfigError`` naming
+both values) and is a no-op when the same value is already there, so plugins compose and a plugin listed
+twice is harmless.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import re
+import shutil
+from typing import Any
+
+import nemo_run as run
+from nemo_run.core.execution.launcher import FaultTolerance, Launcher, Torchrun
+
+from nemo_resiliency_plugins.core.executors import for_executor
+from nemo_resiliency_plugins.core.slurm_script import (  # noqa: F401  (the sbatch-script blocks, re-exported)
+    forward_batch_signal_to_tasks,
+    guard_ft_requeue,
+    slurm_time_limit_seconds,
+)
+from nemo_resiliency_plugins.core.validation import SHELL_WORD_TEXT, is_shell_word
+from nemo_resiliency_plugins.errors import ResiliencyConfigError
+
+# Used with re.fullmatch only (``$`` would accept a trailing newline).
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_FILE_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+#: NeMo-Run's job-retry count reaches bash arithmetic (``$(( TORCHX_MAX_RETRIES + 1 ))``, ``-eq``), which is
+#: 64-bit: far below any overflow, and far above any sensible number of Slurm requeues.
+MAX_JOB_RETRIES = 1_000_000
+
+logger = logging.getLogger(__name__)
+
+
+def is_slurm(executor: Any) -> bool:
+    return isinstance(executor, run.SlurmExecutor)
+
+
+def executor_kind(executor: Any) -> str:
+    return type(executor).__name__
+
+
+def set_env(task: Any, executor: Any, name: str, value: str, *, plugin: str, field: str | None = None) -> None:
+    """Set ``name=value`` in the job's environment unless the user set it to something else.
+
+    Where NeMo-Run writes env vars into a shell script as ``export NAME=value`` *without quotes* (Slurm's
+    sbatch script, DGX Cloud's and Kubeflow's launch scripts, SkyPilot's run script), a value is accepted
+    only when bash reads it as exactly itself (:data:`validation.SHELL_WORD`): a ``(``, ``&``, tab or ``|``
+    would run part of it as a command, in a background subshell, or make the script unparsable, and
+    ft_launcher would silently get no config. The value goes to ``executor.env_vars``, the env every
+    executor passes on (Lepton and Kubeflow drop ``run.Script(env=...)``).
+    """
+    if not isinstance(name, str) or _ENV_NAME.fullmatch(name) is None:
+        raise ResiliencyConfigError(plugin, field, name, "an environment variable name")
+    if not isinstance(value, str) or any(c in value for c in "\n\r\0"):
+        raise ResiliencyConfigError(plugin, field or name, value, "a single-line string value for env var " + name)
+    rules = for_executor(executor, plugin=plugin)
+    if rules.env_in_shell and not is_shell_word(value):
+        script = "the sbatch script" if is_slurm(executor) else f"the {rules.label} job's launch script"
+        raise ResiliencyConfigError(
+            plugin,
+            field or name,
+            value,
+            f"a value made of {SHELL_WORD_TEXT}",
+            detail=f"NeMo-Run writes 'export {name}=<value>' into {script} without quotes",
+        )
+    sources = [("executor.env_vars", executor.env_vars)]
+    if isinstance(task, run.Script) and task.env:
+        sources.append(("task.env", task.env))
+    for where, env in sources:
+        if name in env and str(env[name]) != value:
+            raise ResiliencyConfigError(
+                plugin,
+                field or name,
+                value,
+                detail=(
+                    f"{where} already sets {name}={env[name]!r}; {plugin} needs {name}={value!r}. Remove it or make "
+                    "them agree (a user value is never silently overwritten)"
+                ),
+            )
+    executor.env_vars[name] = value
+
+
+def get_env(task: Any, executor: Any, name: str) -> str | None:
+    """The value the job will see for ``name`` from the user's settings (``task.env`` wins), or None.
+
+    For plugins that accept more than one user value of a variable (e.g. ``TORCH_CPP_LOG_LEVEL`` ``error``
+    or ``fatal``) and must not overwrite the one the user chose. On an executor that drops
+    ``run.Script(env=...)`` (Lepton, Kubeflow) a value only there never reaches the job: that is an error
+    saying where to move it, not a setting the plugin may count on.
+    """
+    if isinstance(task, run.Script) and task.env and name in task.env:
+        rules = for_executor(executor)
+        if not rules.task_env_reaches_job and str(executor.env_vars.get(name)) != str(task.env[name]):
+            raise ResiliencyConfigError(
+                "nemo-resiliency",
+                f"task.env[{name!r}]",
+                task.env[name],
+                detail=(
+                    f"NeMo-Run's {rules.label} drops run.Script(env=...) (only executor.env_vars reach the job), so "
+                    f"this value would never be seen; move it to executor.env_vars"
+                ),
+            )
+        return str(task.env[name])
+    if name in executor.env_vars:
+        return str(executor.env_vars[name])
+    return None
+
+
+def default_launcher(executor: Any, launcher: str) -> bool:
+    """Give the executor ``launcher`` when the user chose none (a chosen launcher is always kept).
+
+    For mechanisms that need the ``MASTER_ADDR``/``MASTER_PORT``/``RANK``/``WORLD_SIZE`` a launcher exports
+    (without one, NeMo-Run's LocalExecutor starts one plain process). ``"torchrun"`` is what
+    :func:`install_ft_launcher` upgrades, so plugins compose in either order. Returns True when it set one.
+    """
+    if getattr(executor, "launcher", None) is None:
+        executor.launcher = launcher
+        return True
+    return False
+
+
+# Values a plugin of this package wrote on an executor, so a second plugin can tell them from NeMo-Run's
+# defaults: {executor field: (value, "Plugin.field")}. Stored on the executor object itself (which NeMo-Run
+# clones per job before plugins run), outside its dataclass fields, so it is never serialized.
+_CLAIMS_ATTR = "_nrp_claims"
+
+
+def _claims(executor: Any) -> dict[str, tuple[Any, str]]:
+    claims = executor.__dict__.get(_CLAIMS_ATTR)
+    if claims is None:
+        claims = {}
+        executor.__dict__[_CLAIMS_ATTR] = claims
+    return claims
+
+
+def set_retries(executor: Any, retries: int, *, plugin: str, field: str, default: int | None = None) -> None:
+    """Job-level retries (Slurm requeues), only where the executor honours them.
+
+    Where it does not (every executor but Slurm and Local; on Docker ``retries > 0`` even stops the
+    container from being created), nothing is set: the plugin's ``default`` value gets a logged note, any
+    other value greater than 0 is a ``ResiliencyConfigError`` (the user asked for something that cannot
+    happen there). (A user value equal to the default cannot be told from the default.)
+
+    What "never silently overwritten" means for a value NeMo-Run cannot tell from its default: the executor's
+    ``retries`` defaults to 0, so ``retries=0`` written by the user and no ``retries`` at all look the same on
+    the executor, and both are read as "not set": the plugin's ``num_job_retries_on_failure`` applies. To
+    have no job retries, set ``num_job_retries_on_failure=0`` on the plugin. Any other executor value the
+    plugin's disagrees with is an error. Between plugins nothing is ambiguous: the value a plugin set is
+    recorded, so two plugins asking for different retries (0 and 2 included) is an error naming both.
+    """
+    if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= MAX_JOB_RETRIES:
+        raise ResiliencyConfigError(plugin, field, retries, f"an integer in [0, {MAX_JOB_RETRIES}]")
+    rules = for_executor(executor, plugin=plugin)
+    if not rules.honours_retries:
+        current = getattr(executor, "retries", 0) or 0
+        if current and getattr(rules, "retries_break_job", False):
+            raise ResiliencyConfigError(
+                plugin, "executor.retries", current, "0 on " + rules.label, detail=rules.retries_note
+            )
+        if retries == 0:
+            return
+        if retries == default:
+            logger.info("%s: %s=%s not applied: %s", plugin, field, retries, rules.retries_note)
+            return
+        raise ResiliencyConfigError(
+            plugin, field, retries, f"0 on {rules.label}", detail=f"{rules.retries_note}; set {plugin}.{field}=0"
+        )
+    claims = _claims(executor)
+    if "retries" in claims and claims["retries"][0] != retries:
+        value, who = claims["retries"]
+        raise ResiliencyConfigError(
+            plugin,
+            field,
+            retries,
+            detail=f"{who}={value} already set the executor's retries; make the two plugins agree or remove one",
+        )
+    current = getattr(executor, "retries", 0) or 0
+    if "retries" not in claims and current not in (0, retries):
+        raise ResiliencyConfigError(
+            plugin,
+            field,
+            retries,
+            detail=f"the executor already has retries={current}; set {plugin}.{field}={current} or remove one",
+        )
+    executor.retries = retries
+    claims["retries"] = (retries, f"{plugin}.{field}")
+
+
+def set_slurm_field(executor: Any, name: str, value: Any, *, plugin: str, field: str) -> None:
+    current = getattr(executor, name)
+    if current not in (None, "", value):
+        raise ResiliencyConfigError(
+            plugin,
+            field,
+            value,
+            detail=f"the SlurmExecutor already has {name}={current!r}; {plugin} would set {value!r}",
+        )
+    setattr(executor, name, value)
+
+
+def install_ft_launcher(
+    executor: Any, wanted: FaultTolerance, *, plugin: str, must_stay_unset: dict[str, str] | None = None
+) -> FaultTolerance:
+    """Make ``executor.launcher`` NVRx's ft_launcher with ``wanted``'s settings.
+
+    A plain torchrun launcher (``"torchrun"``, ``run.Torchrun``) is upgraded, keeping its rendezvous and
+    nsys settings. An existing ``run.FaultTolerance`` keeps its values, and any that contradict ``wanted``
+    are reported. ``must_stay_unset`` names launcher fields (with the reason) that the plugin leaves unset on
+    purpose: a user's value there would reach ft_launcher and is refused rather than passed on. An executor
+    set-up where ft_launcher cannot work is refused first (its rules class says why).
+    """
+    check_fault_tolerance(executor, plugin=plugin)
+    current = executor.launcher
+    for name, why in (must_stay_unset or {}).items():
+        theirs = getattr(current, name, None) if isinstance(current, FaultTolerance) else None
+        if theirs is not None:
+            raise ResiliencyConfigError(
+                plugin,
+                f"executor.launcher.{name}",
+                theirs,
+                "None (unset)",
+                detail=f"the executor's run.FaultTolerance launcher sets {name}={theirs!r}, and {why}",
+            )
+    if isinstance(current, str):
+        if current not in ("torchrun", "ft"):
+            raise ResiliencyConfigError(
+                plugin, "executor.launcher", current, "None, 'torchrun', 'ft', run.Torchrun or run.FaultTolerance"
+            )
+        current = None
+    if current is None:
+        executor.launcher = wanted
+        return wanted
+    if isinstance(current, FaultTolerance):
+        for f in dataclasses.fields(FaultTolerance):
+            mine, theirs = getattr(wanted, f.name), getattr(current, f.name)
+            default = f.default if f.default is not dataclasses.MISSING else None
+            if theirs in (None, default) or mine in (None, default) or mine == theirs:
+                continue
+            raise ResiliencyConfigError(
+                plugin,
+                f"launcher.{f.name}",
+                mine,
+                detail=f"the executor's run.FaultTolerance launcher already has {f.name}={theirs!r}",
+            )
+        for f in dataclasses.fields(FaultTolerance):
+            if getattr(current, f.name) is None and getattr(wanted, f.name) is not None:
+                setattr(current, f.name, getattr(wanted, f.name))
+        return current
+    if isinstance(current, Torchrun) or type(current) is Launcher:
+        carried = {
+            f.name: getattr(current, f.name)
+            for f in dataclasses.fields(current)
+            if f.name in {g.name for g in dataclasses.fields(FaultTolerance)} and f.init
+        }
+        for name, value in carried.items():
+            setattr(wanted, name, value)
+        executor.launcher = wanted
+        return wanted
+    raise ResiliencyConfigError(
+        plugin,
+        "executor.launcher",
+        current,
+        "None, 'torchrun', run.Torchrun or run.FaultTolerance",
+        detail=f"{plugin} replaces the launcher with NVRx's ft_launcher and cannot merge a {type(current).__name__}",
+    )
+
+
+def deliver_file(executor: Any, name: str, content: str, *, plugin: str) -> str:
+    """Make ``content`` readable by the job as a file of its own; returns the path the job sees.
+
+    NeMo-Run has no hook that ships an extra file with a job, and ``Experiment.dryrun()`` deletes the
+    experiment directory, so only executors with a route of their own have one (see their rules classes):
+    LocalExecutor writes it here, content-addressed under ``$NEMORUN_HOME/resiliency/``; SlurmExecutor has the
+    sbatch script write it into the job directory (a quoted heredoc in ``setup_lines``).
+    """
+    if _FILE_NAME.fullmatch(name) is None:
+        raise ResiliencyConfigError(plugin, None, detail=f"internal: bad file name {name!r}")
+    return for_executor(executor, plugin=plugin).deliver_file(name, content, plugin=plugin)
+
+
+def ships_files(executor: Any, *, plugin: str) -> bool:
+    """Whether :func:`deliver_file` can get a file of this package to ``executor``'s job."""
+    return for_executor(executor, plugin=plugin).ships_files
+
+
+def deliver_ft_config(executor: Any, name: str, content: str, *, plugin: str) -> str:
+    """Make NVRx's config file (``content``, with a ``fault_tolerance:`` mapping) reach ft_launcher; returns
+    the path for ``PET_FT_CFG_PATH``.
+
+    Local and Slurm: :func:`deliver_file`. Every other executor: the mapping rides in the launcher
+    (:class:`~nemo_resiliency_plugins.core.executors.FaultToleranceWithSections`), which NeMo-Run writes to
+    ``<job_dir>/configs/<job>_executor.yaml`` and ships with the job; the path is where that file is on the
+    node (each executor's rules class says).
+    """
+    if _FILE_NAME.fullmatch(name) is None:
+        raise ResiliencyConfigError(plugin, None, detail=f"internal: bad file name {name!r}")
+    return for_executor(executor, plugin=plugin).deliver_ft_config(content, plugin=plugin)
+
+
+def set_infrastructure_rank(task: Any, executor: Any, *, plugin: str) -> None:
+    """Give NVRx a unique infrastructure rank per node, or none at all.
+
+    ``GROUP_RANK=0`` is set only where the job is one node and the executor sets no rank of its own
+    (Slurm: ``SLURM_PROCID``; DGX Cloud's template exports ``GROUP_RANK`` per node). On several nodes the
+    variable is left unset, so NVRx assigns ranks itself; a constant ``GROUP_RANK`` the user put in the env
+    of a multi-node job is refused (NVRx fails with "Duplicate infrastructure ranks detected").
+    """
+    rules = for_executor(executor, plugin=plugin)
+    value = rules.group_rank()
+    if value is not None:
+        set_env(task, executor, "GROUP_RANK", value, plugin=plugin)
+        return
+    if rules.sets_group_rank or rules.infra_rank_env:
+        return
+    user = get_env(task, executor, "GROUP_RANK")
+    if user is not None:
+        raise ResiliencyConfigError(
+            plugin,
+            "GROUP_RANK",
+            user,
+            f"unset on a {rules.nodes()}-node {rules.label} job",
+            detail=(
+                "one GROUP_RANK in the job's env is the same on every node, and NVRx's rendezvous then fails with "
+                "'Duplicate infrastructure ranks detected'; remove it (NVRx assigns ranks itself)"
+            ),
+        )
+
+
+def check_fault_tolerance(executor: Any, *, plugin: str) -> None:
+    """Refuse, by name with the reason and the alternative, an executor set-up where ft_launcher cannot work."""
+    for_executor(executor, plugin=plugin).check_fault_tolerance(plugin)
+
+
+def platform_stop(executor: Any, *, plugin: str) -> tuple[float | None, str]:
+    """How the platform stops this executor's job: (SIGTERM -> SIGKILL grace in seconds if the executor says,
+    a sentence for the user). For plugins whose mechanism depends on that signal (preemption)."""
+    rules = for_executor(executor, plugin=plugin)
+    return rules.grace_period_s(), rules.preemption_note
+
+
+def signal_reaches_ranks(executor: Any, *, plugin: str) -> str | None:
+    """None when a SIGTERM the platform sends to the job reaches ft_launcher / the ranks; else why not and
+    what to do. On Docker, DGX Cloud, Lepton and Kubeflow the container's first process is NeMo-Run's bash
+    launch script (``bash -c`` / ``/bin/bash launch.sh``), and SIGTERM sent to a PID-namespace init that has
+    no handler for it is dropped by the kernel (reproduced here with ``unshare --pid``: the child never saw
+    it, and the job ran on)."""
+    rules = for_executor(executor, plugin=plugin)
+    if not rules.pid1_launch_script:
+        return None
+    return (
+        f"on {rules.label} the platform's SIGTERM goes to the container's first process, NeMo-Run's bash launch "
+        "script, which as the container's init has no handler for it: the kernel drops the signal, so "
+        "ft_launcher and the ranks never see it and the job is SIGKILLed after the grace period without a save. "
+        "Send the signal to ft_launcher itself (e.g. a Kubernetes preStop hook running 'pkill -TERM -f "
+        "ft_launcher', or 'docker exec <container> pkill -TERM -f ft_launcher' before 'docker stop')"
+    )
+
+
+def note_no_effect(executor: Any, *, plugin: str, field: str, why: str) -> None:
+    """Say (in the log) that a plugin setting does nothing on this executor, and why; never silence."""
+    rules = for_executor(executor, plugin=plugin)
+    logger.info("%s.%s has no effect on %s: %s", plugin, field, rules.label, why)
+
+
+def require_program(task: Any, executor: Any, program: str, *, plugin: str, fix: str) -> None:
+    """On executors that run here, fail at setup (not as a FAILED job) when ``program`` is not on PATH."""
+    if not for_executor(executor, plugin=plugin).runs_here:
+        return
+    paths = []
+    for env in (getattr(task, "env", None) or {}, executor.env_vars):
+        if "PATH" in env:
+            paths.append(str(env["PATH"]))
+    paths.append(os.environ.get("PATH", ""))
+    if shutil.which(program, path=os.pathsep.join(paths)) is None:
+        raise ResiliencyConfigError(
+            plugin,
+            None,
+            detail=f"'{program}' is not on the PATH the local job will see; {fix}",
+        )

@@ -1,0 +1,158 @@
+"""What every executor's rules class answers: how settings a plugin makes reach the job on that executor.
+
+One small class per NeMo-Run executor (``local.py``, ``slurm.py``, ``docker.py`` ...), looked up by executor
+type in :mod:`nemo_resiliency_plugins.core.executors` (the way NeMo-Run's ``core/execution/launcher.py`` maps
+names to launcher classes). :mod:`nemo_resiliency_plugins.core.executor_config` keeps the mechanism plugins call
+(``set_env``, ``set_retries``, ``install_ft_launcher`` ...) and asks these classes only the questions whose
+answer depends on the executor. Each answer below is checked against NeMo-Run 0.11.1 and NVRx 0.7.0; the class
+of an executor says where in NeMo-Run's code it comes from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import yaml
+from nemo_run.core.execution.launcher import FaultTolerance
+
+from nemo_resiliency_plugins.errors import ResiliencyConfigError
+
+logger = logging.getLogger("nemo_resiliency_plugins.core.executor_config")
+
+
+@dataclass(kw_only=True)
+class FaultToleranceWithSections(FaultTolerance):
+    """``run.FaultTolerance`` that also carries NVRx's ``fault_tolerance:`` mapping (section timeouts).
+
+    NeMo-Run renders it exactly like ``run.FaultTolerance`` (``packaging.py`` tests ``isinstance``), and
+    writes the executor, this launcher and its mapping included, to ``<job_dir>/configs/<job>_executor.yaml``,
+    which it ships with the job on every executor that runs elsewhere. NVRx reads the first
+    ``fault_tolerance`` mapping at any depth of the YAML that ``PET_FT_CFG_PATH`` names
+    (``FaultToleranceConfig._find_fault_tol_section``), so pointing ft_launcher at that file hands the rank
+    monitor the section timeouts with no file of our own to ship.
+    """
+
+    fault_tolerance: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclass(kw_only=True)
+class ExecutorRules:
+    """How one kind of executor delivers settings to its job. Subclasses override the class variables and the
+    few methods whose answer differs; the defaults describe an executor that runs the job elsewhere.
+
+    Class variables:
+        env_in_shell: NeMo-Run writes ``executor.env_vars`` into a shell script as ``export NAME=value``
+            without quotes, so a plugin's value must be a plain shell word there.
+        task_env_reaches_job: ``run.Script(env=...)`` reaches the job. Lepton and Kubeflow drop it and pass
+            only ``executor.env_vars``.
+        honours_retries: NeMo-Run resubmits a failed job ``executor.retries`` times.
+        retries_note: why not, when it does not.
+        runs_here: the job runs on this machine (programs can be looked up on PATH at set-up).
+        sets_group_rank: the executor's own launch script sets ``GROUP_RANK`` per node.
+        infra_rank_env: the variable NVRx takes the node's infrastructure rank from, when not GROUP_RANK.
+        preemption_note: what happens to a job the platform stops (signals, grace period).
+        default_grace_s: SIGTERM -> SIGKILL grace the platform gives a stopped job by default, if known.
+        ships_files: :meth:`deliver_file` has a route for a file of this package to the job.
+        pid1_launch_script: the container's first process is NeMo-Run's bash launch script. The platform's
+            SIGTERM goes to that process only, and a PID-namespace init with no handler for it never gets it
+            (the kernel drops it; measured here with ``unshare --pid``): the ranks see nothing until SIGKILL.
+    """
+
+    executor: Any
+    label: ClassVar[str] = "executor"
+    env_in_shell: ClassVar[bool] = True
+    task_env_reaches_job: ClassVar[bool] = True
+    honours_retries: ClassVar[bool] = False
+    retries_note: ClassVar[str] = "NeMo-Run does not resubmit a failed job on this executor"
+    runs_here: ClassVar[bool] = False
+    sets_group_rank: ClassVar[bool] = False
+    infra_rank_env: ClassVar[str | None] = None
+    preemption_note: ClassVar[str] = ""
+    default_grace_s: ClassVar[float | None] = None
+    pid1_launch_script: ClassVar[bool] = False
+    ships_files: ClassVar[bool] = False
+
+    # ------------------------------------------------------------------------------------- the job's shape
+
+    def nodes(self) -> int:
+        try:
+            return int(self.executor.nnodes())
+        except Exception:  # an executor that cannot say: one node is what it starts by default
+            return 1
+
+    def grace_period_s(self) -> float | None:
+        """Seconds between the platform's SIGTERM and its SIGKILL for this job, when the executor says."""
+        return self.default_grace_s
+
+    # ------------------------------------------------------------------------------- fault tolerance
+
+    def check_fault_tolerance(self, plugin: str) -> None:
+        """Refuse, by name with the reason and the alternative, what cannot work here. Default: nothing."""
+
+    def group_rank(self) -> str | None:
+        """The ``GROUP_RANK`` the plugin sets, or None to leave it alone.
+
+        NVRx takes a node's infrastructure rank from ``SLURM_PROCID``, else ``GROUP_RANK``, else assigns one
+        itself (``fault_tolerance/utils.py:get_infrastructure_rank``), and its rendezvous refuses two nodes
+        with the same one ("Duplicate infrastructure ranks detected"). One value in the job's env is the
+        same on every node, so it is right only for a one-node job.
+        """
+        if self.sets_group_rank or self.infra_rank_env:
+            return None
+        return "0" if self.nodes() == 1 else None
+
+    def deliver_file(self, name: str, content: str, *, plugin: str) -> str:
+        """A file of our own readable by the job; only executors that have a way to ship one implement it."""
+        raise ResiliencyConfigError(
+            plugin,
+            "executor",
+            self.label,
+            detail=f"internal: {self.label} has no route for a file of this package; use its launcher config route",
+        )
+
+    def configs_dir(self) -> str:
+        """Where the job sees NeMo-Run's ``<job_dir>/configs`` (route of :class:`FaultToleranceWithSections`)."""
+        raise NotImplementedError
+
+    def deliver_ft_config(self, content: str, *, plugin: str) -> str:
+        """Make NVRx's config (``content``, a YAML with a ``fault_tolerance:`` mapping) reach ft_launcher;
+        return the path for ``PET_FT_CFG_PATH``.
+
+        Default: carry the mapping in the launcher (:class:`FaultToleranceWithSections`), which NeMo-Run writes
+        to ``<job_dir>/configs/<job>_executor.yaml`` and ships with the job. Caveat (NeMo-Run, not fixable
+        here): for a ``run.Script`` task that file is written only while the Experiment keeps its default
+        ``serialize_metadata_for_scripts=True``; without it ft_launcher stops at start with FileNotFoundError
+        naming the path.
+        """
+        mapping = yaml.safe_load(content)["fault_tolerance"]
+        attach_ft_mapping(self.executor, mapping, plugin=plugin)
+        return f"{self.configs_dir().rstrip('/')}/{self.executor.job_name}_executor.yaml"
+
+
+def attach_ft_mapping(executor: Any, mapping: dict[str, Any], *, plugin: str) -> None:
+    """Turn the executor's ``run.FaultTolerance`` into a :class:`FaultToleranceWithSections` carrying
+    ``mapping``, keeping every launcher field the user or a plugin set."""
+    current = executor.launcher
+    if isinstance(current, FaultToleranceWithSections):
+        if current.fault_tolerance and current.fault_tolerance != mapping:
+            raise ResiliencyConfigError(
+                plugin,
+                "executor.launcher.fault_tolerance",
+                current.fault_tolerance,
+                detail=f"the launcher already carries another NVRx config; {plugin} would write {mapping!r}",
+            )
+        current.fault_tolerance = dict(mapping)
+        return
+    if type(current) is not FaultTolerance:
+        raise ResiliencyConfigError(
+            plugin,
+            "executor.launcher",
+            type(current).__name__,
+            "run.FaultTolerance",
+            detail="the section timeouts travel in the launcher here, and a launcher subclass cannot be merged",
+        )
+    carried = {f.name: getattr(current, f.name) for f in dataclasses.fields(current) if f.init}
+    executor.launcher = FaultToleranceWithSections(**carried, fault_tolerance=dict(mapping))

@@ -1,0 +1,40 @@
+"""DGXCloudExecutor: a Run:ai distributed workload on DGX Cloud (Kubernetes), job directory on a PVC."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import ClassVar
+
+from nemo_resiliency_plugins.core.executors.base import ExecutorRules
+
+
+@dataclass(kw_only=True)
+class DGXCloudRules(ExecutorRules):
+    """``run.DGXCloudExecutor`` (``core/execution/dgxcloud.py``, ``templates/dgxc.sh.j2``, NeMo-Run 0.11.1).
+
+    * Env: ``torchrun_job.sh`` exports ``executor.env_vars`` and ``Script.env`` as ``export KEY=value``,
+      unquoted: a plugin's value must be a shell word.
+    * Files: ``move_data`` copies the whole ``job_dir`` to ``pvc_job_dir``; the section timeouts ride in the
+      launcher, read from ``<pvc_job_dir>/configs/<job>_executor.yaml``.
+    * Restarts: NeMo-Run drops ``--max-restarts`` on DGX Cloud (warning "max_restarts is ignored"), and
+      ``PET_MAX_RESTARTS`` (ft_launcher's env fallback, which the plugin always sets) carries it.
+    * ``GROUP_RANK``: the template exports it per node (from the host name) after the env vars, so the
+      plugin leaves it alone.
+    * Retries: only exported as ``TORCHX_MAX_RETRIES``; nothing resubmits a failed workload.
+    """
+
+    label: ClassVar[str] = "DGXCloudExecutor"
+    sets_group_rank: ClassVar[bool] = True
+    retries_note: ClassVar[str] = (
+        "NeMo-Run's DGXCloudExecutor only exports TORCHX_MAX_RETRIES; nothing resubmits a failed workload"
+    )
+    pid1_launch_script: ClassVar[bool] = True
+    preemption_note: ClassVar[str] = (
+        "Run:ai stops a pod with SIGTERM and SIGKILLs it after Kubernetes' terminationGracePeriodSeconds "
+        "(30 s by default; custom_spec can set it)"
+    )
+    default_grace_s: ClassVar[float | None] = 30.0
+
+    def configs_dir(self) -> str:
+        return os.path.join(self.executor.pvc_job_dir, "configs")

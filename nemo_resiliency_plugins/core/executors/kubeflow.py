@@ -1,0 +1,61 @@
+"""KubeflowExecutor: a Kubeflow Trainer TrainJob (Kubernetes pods)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from nemo_resiliency_plugins.core.executors.base import ExecutorRules
+from nemo_resiliency_plugins.errors import ResiliencyConfigError
+
+#: Kubernetes' default terminationGracePeriodSeconds.
+KUBERNETES_DEFAULT_GRACE_S = 30.0
+
+
+@dataclass(kw_only=True)
+class KubeflowRules(ExecutorRules):
+    """``run.KubeflowExecutor`` (``core/execution/kubeflow.py``, NeMo-Run 0.11.1).
+
+    * Env: the trainer's env (and ``launch.sh``'s unquoted exports, with a PVC) are ``executor.env_vars``
+      only: ``Script.env`` is dropped (``get_job_body``).
+    * Files: only with ``workdir_pvc``: ``package()`` copies ``job_dir`` to ``code_dir`` on the PVC, and the
+      section timeouts ride in the launcher, read from ``<code_dir>/configs/<job>_executor.yaml`` (not
+      ``/nemo_run/configs``: with the default ``workdir_pvc_path`` ``/nemo_run`` is the PVC itself and
+      ``ln -sfn`` makes ``/nemo_run/code``). Without a PVC nothing is shipped and the command runs in exec
+      form: refused for fault tolerance.
+    * Several nodes: ``GROUP_RANK`` is left unset (NVRx assigns infrastructure ranks itself).
+    * Retries: not read (``restart_policy`` is never used either).
+    * Preemption: a pod gets SIGTERM and SIGKILL after ``terminationGracePeriodSeconds`` (30 s by default;
+      ``pod_spec_overrides={"terminationGracePeriodSeconds": N}`` sets it).
+    """
+
+    label: ClassVar[str] = "KubeflowExecutor"
+    task_env_reaches_job: ClassVar[bool] = False
+    retries_note: ClassVar[str] = "NeMo-Run's KubeflowExecutor does not read executor.retries"
+    pid1_launch_script: ClassVar[bool] = True
+    preemption_note: ClassVar[str] = (
+        "a pod gets SIGTERM, then SIGKILL after terminationGracePeriodSeconds (Kubernetes default 30 s; "
+        "pod_spec_overrides={'terminationGracePeriodSeconds': N} sets it)"
+    )
+    default_grace_s: ClassVar[float | None] = KUBERNETES_DEFAULT_GRACE_S
+
+    def grace_period_s(self) -> float | None:
+        value = (self.executor.pod_spec_overrides or {}).get("terminationGracePeriodSeconds")
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else self.default_grace_s
+
+    def check_fault_tolerance(self, plugin: str) -> None:
+        if not self.executor.workdir_pvc:
+            raise ResiliencyConfigError(
+                plugin,
+                "executor.workdir_pvc",
+                None,
+                "a PersistentVolumeClaim name on KubeflowExecutor",
+                detail=(
+                    "without workdir_pvc NeMo-Run ships nothing to the pods (no job directory, so no config for "
+                    "ft_launcher's section timeouts) and runs the command without a shell, so '$PET_NODE_RANK' "
+                    "stays literal on several nodes. Set workdir_pvc (NeMo-Run copies the job directory there)"
+                ),
+            )
+
+    def configs_dir(self) -> str:
+        return f"{self.executor.code_dir.rstrip('/')}/configs"

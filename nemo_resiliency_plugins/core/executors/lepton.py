@@ -1,0 +1,52 @@
+"""LeptonExecutor: a Lepton batch job; the job directory is copied to shared storage."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import ClassVar
+
+from nemo_resiliency_plugins.core.executors.base import ExecutorRules
+from nemo_resiliency_plugins.errors import ResiliencyConfigError
+
+
+@dataclass(kw_only=True)
+class LeptonRules(ExecutorRules):
+    """``run.LeptonExecutor`` (``core/execution/lepton.py``, NeMo-Run 0.11.1).
+
+    * Env: the job spec's ``envs`` are ``executor.env_vars`` and ``secret_vars`` only: ``Script.env`` is
+      dropped (``create_lepton_job``). Values travel in the API request, not through a shell.
+    * Files: ``move_data`` copies ``job_dir`` to ``lepton_job_dir``; the section timeouts ride in the
+      launcher, read from ``<lepton_job_dir>/configs/<job>_executor.yaml``.
+    * More than one node: refused for fault tolerance. NeMo-Run 0.11.1 renders ft_launcher's node rank and
+      rendezvous host as ``$$${...}`` with no Lepton macro values (``ft_launcher()`` has no ``lepton``
+      branch), so bash puts its own PID there and no two nodes meet.
+    * Retries: ignored (the job spec's ``max_failure_retry`` / ``max_job_failure_retry`` stay None).
+    """
+
+    label: ClassVar[str] = "LeptonExecutor"
+    env_in_shell: ClassVar[bool] = False
+    task_env_reaches_job: ClassVar[bool] = False
+    retries_note: ClassVar[str] = "NeMo-Run's LeptonExecutor does not pass executor.retries to the Lepton job"
+    pid1_launch_script: ClassVar[bool] = True
+    preemption_note: ClassVar[str] = (
+        "a preemptible Lepton job (can_be_preempted=True) is stopped with SIGTERM, then killed after the "
+        "platform's grace period"
+    )
+
+    def check_fault_tolerance(self, plugin: str) -> None:
+        if self.nodes() > 1:
+            raise ResiliencyConfigError(
+                plugin,
+                "executor.nodes",
+                self.nodes(),
+                "1 on LeptonExecutor",
+                detail=(
+                    "NeMo-Run 0.11.1 renders ft_launcher's --node-rank and --rdzv-endpoint on Lepton as '$$${...}' "
+                    "without Lepton's macro values, so bash substitutes its PID and the nodes never rendezvous. "
+                    "Use one node, or torchrun without fault tolerance on several, until NeMo-Run fixes it"
+                ),
+            )
+
+    def configs_dir(self) -> str:
+        return os.path.join(self.executor.lepton_job_dir, "configs")

@@ -1,0 +1,83 @@
+"""SlurmExecutor: an sbatch script, written by NeMo-Run, run on the cluster."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+from nemo_resiliency_plugins.core.executors.base import ExecutorRules
+from nemo_resiliency_plugins.core.validation import SHELL_WORD_TEXT, is_shell_word
+from nemo_resiliency_plugins.errors import ResiliencyConfigError
+
+HEREDOC_MARKER = "NRP_FILE_EOF"
+
+
+@dataclass(kw_only=True)
+class SlurmRules(ExecutorRules):
+    """``run.SlurmExecutor``: every env var becomes ``export NAME=value`` in the sbatch script, unquoted;
+    ``retries`` is honoured (NeMo-Run's templates requeue; the plugins' guard in :mod:`slurm_script` fixes
+    their count); NVRx takes the node's rank from ``SLURM_PROCID``; a file reaches the job through a quoted
+    heredoc the sbatch script writes into the job directory before ``srun``."""
+
+    label: ClassVar[str] = "SlurmExecutor"
+    ships_files: ClassVar[bool] = True
+    honours_retries: ClassVar[bool] = True
+    infra_rank_env: ClassVar[str | None] = "SLURM_PROCID"
+    preemption_note: ClassVar[str] = "PreemptionPlugin asks Slurm for the signal before the time limit"
+
+    def deliver_file(self, name: str, content: str, *, plugin: str) -> str:
+        executor = self.executor
+        filename = f"{hashlib.sha256(content.encode()).hexdigest()[:12]}-{name}"
+        host_dir = os.path.join(executor.tunnel.job_dir, Path(executor.job_dir).name)
+        host_path = os.path.join(host_dir, filename)
+        self._check_job_path(host_path, plugin=plugin)
+        if any(line.strip() == HEREDOC_MARKER for line in content.splitlines()):
+            raise ResiliencyConfigError(plugin, None, detail="internal: file content contains the heredoc marker")
+        block = (
+            f"# {plugin}: write {name} for the job (quoted heredoc: nothing below is expanded)\n"
+            f"mkdir -p '{host_dir}'\n"
+            f"cat > '{host_path}' <<'{HEREDOC_MARKER}'\n{content.rstrip(chr(10))}\n{HEREDOC_MARKER}"
+        )
+        existing = executor.setup_lines or ""
+        if block not in existing:
+            executor.setup_lines = (existing.rstrip("\n") + "\n" if existing else "") + block
+        if executor.container_image:
+            return f"/nemo_run/{filename}"
+        return host_path
+
+    def deliver_ft_config(self, content: str, *, plugin: str) -> str:
+        return self.deliver_file("ft_launcher.yaml", content, plugin=plugin)
+
+    def _check_job_path(self, host_path: str, *, plugin: str) -> None:
+        """The job directory goes into ``export PET_FT_CFG_PATH=<path>`` (NeMo-Run does not quote it): it must
+        be a plain shell word. When it is not, name the part to rename: the tunnel's ``job_dir``, the
+        experiment title, or the task's name in ``exp.add(..., name=...)``."""
+        if is_shell_word(host_path):
+            return
+        executor = self.executor
+        task_name = Path(executor.job_dir).name
+        exp_id = os.path.basename(executor.tunnel.job_dir.rstrip("/"))
+        title = os.path.basename(os.path.dirname(executor.tunnel.job_dir.rstrip("/")))
+        base = os.path.dirname(os.path.dirname(executor.tunnel.job_dir.rstrip("/")))
+        parts = (
+            ("task name", task_name, "the task's name (exp.add(..., name=...))"),
+            ("experiment title", title, "the experiment's title (run.Experiment(title))"),
+            ("experiment id", exp_id, "the experiment's id"),
+            ("executor.tunnel.job_dir", base, "the tunnel's job_dir"),
+        )
+        field, part, what = next(
+            (p for p in parts if not is_shell_word(p[1])), ("executor.tunnel.job_dir", host_path, "the job directory")
+        )
+        raise ResiliencyConfigError(
+            plugin,
+            field,
+            part,
+            f"a name made of {SHELL_WORD_TEXT}",
+            detail=(
+                f"rename {what}: it is part of the job directory {host_path!r}, which NeMo-Run writes unquoted into "
+                "the sbatch script (export PET_FT_CFG_PATH=...)"
+            ),
+        )

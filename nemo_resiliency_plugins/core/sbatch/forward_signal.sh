@@ -1,0 +1,39 @@
+# nemo-resiliency-plugins: signal forwarding
+# shellcheck shell=bash
+# Slurm's plain --signal=SIG@N signals EVERY process of the job step. Under ft_launcher that includes NVRx's
+# rank monitors, which close on SIGTERM; Megatron Bridge's checkpoint-save hooks then fail ("RankMonitorClient
+# could not send section update: Broken pipe") and the save-and-exit is lost. With --signal=B:SIG@N only this
+# batch shell gets the signal, and it sends it to the steps' *task* processes only (the launcher on each
+# node, or the ranks when there is no launcher), which pass it on to their ranks themselves.
+nrp_signal_tasks() {
+  local nrp_pid
+  for nrp_pid in $(scontrol listpids "$SLURM_JOB_ID" 2>/dev/null |
+      awk -v own="$SLURM_STEP_ID" 'NR > 1 && $3 ~ /^[0-9]+$/ && $3 != own && $4 ~ /^[0-9]+$/ {print $1}'); do
+    kill -s "$1" "$nrp_pid" && echo "nemo-resiliency-plugins: sent SIG$1 to task pid $nrp_pid on $(hostname -s)"
+  done
+}
+export -f nrp_signal_tasks
+NRP_SIGNALLED=0
+NRP_PREEMPTION_SIGNAL=
+nrp_forward_signal() {
+  NRP_SIGNALLED=1
+  NRP_PREEMPTION_SIGNAL=$1
+  echo "nemo-resiliency-plugins: batch shell got SIG$1 at $(date '+%F %T'), forwarding it to the step tasks"
+  command srun --overlap --jobid="$SLURM_JOB_ID" --nodes="${SLURM_JOB_NUM_NODES:-1}" --ntasks-per-node=1 \
+    bash -c "nrp_signal_tasks $1"
+  # A trap the user's setup_lines had set for this signal runs after the forwarding.
+  [ -z "${NRP_USER_SIGNAL_TRAP:-}" ] || eval "$NRP_USER_SIGNAL_TRAP"
+}
+# bash runs a trap only between commands, never while a foreground command runs: the template's srun runs
+# in the background here and is waited for (again after each trap), returning its own exit status.
+nrp_keep_function srun NRP_SRUN
+srun() {
+  $NRP_SRUN "$@" &
+  local nrp_srun=$! nrp_rc
+  while :; do
+    NRP_SIGNALLED=0
+    wait "$nrp_srun"
+    nrp_rc=$?
+    [ "$NRP_SIGNALLED" = 1 ] || return "$nrp_rc"
+  done
+}

@@ -1,0 +1,152 @@
+"""What plugins add to a Slurm job's sbatch script: bash blocks in ``executor.setup_lines`` (the only hook
+NeMo-Run gives before its template's last lines) and the reading of Slurm's ``--time`` values.
+
+Kept apart from :mod:`executor_config` because these blocks are shell programs with their own rules (quoting,
+traps chained with the user's, functions standing in for ``srun``/``scontrol``), tested with real bash and a
+real local Slurm.
+"""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+from typing import Any
+
+import nemo_run as run
+
+from nemo_resiliency_plugins.errors import ResiliencyConfigError
+
+
+def _block(name: str) -> str:
+    """The text of ``sbatch/<name>``: bash kept in .sh files so it can be read and linted as shell (shellcheck).
+
+    Each file's first line is the mark that tells whether a job already has the block; shellcheck's own
+    directive lines are left out of the job's script.
+    """
+    text = (resources.files("nemo_resiliency_plugins.core") / "sbatch" / name).read_text()
+    return "\n".join(line for line in text.rstrip("\n").split("\n") if not line.startswith("# shellcheck "))
+
+
+def _is_slurm(executor: Any) -> bool:
+    return isinstance(executor, run.SlurmExecutor)
+
+
+# ------------------------------------------------------------------------------------- Slurm time limit
+
+_SLURM_TIME = re.compile(r"(?:(?P<d>\d+)-)?(?P<a>\d+)(?::(?P<b>\d+))?(?::(?P<c>\d+))?")
+
+
+def slurm_time_limit_seconds(value: Any) -> int | None:
+    """Seconds in a Slurm ``--time`` value; None for no limit (``UNLIMITED``/``INFINITE``, empty, or ``0``:
+    "a time limit of zero requests that no time limit be imposed", sbatch(1)).
+
+    Slurm's forms: ``M``, ``M:S``, ``H:M:S``, ``D-H``, ``D-H:M``, ``D-H:M:S``. Raises ``ValueError`` for
+    anything else, so a plugin can report the executor's value instead of guessing.
+    """
+    if value is None:
+        return None
+    text = str(value)
+    if text == "" or text.upper() in ("UNLIMITED", "INFINITE"):
+        return None
+    m = _SLURM_TIME.fullmatch(text)
+    if not m:
+        raise ValueError(f"not a Slurm time limit: {value!r}")
+    d, a, b, c = (int(m.group(k)) if m.group(k) is not None else None for k in ("d", "a", "b", "c"))
+    if d is not None:  # D-H, D-H:M, D-H:M:S
+        seconds = ((d * 24 + a) * 60 + (b or 0)) * 60 + (c or 0)
+    elif c is not None:  # H:M:S
+        seconds = (a * 60 + b) * 60 + c
+    elif b is not None:  # M:S
+        seconds = a * 60 + b
+    else:  # M
+        seconds = a * 60
+    return seconds or None
+
+
+# ------------------------------------------------------------- NeMo-Run's ft_launcher template and requeue
+
+_REQUEUE_GUARD_MARK = "# nemo-resiliency-plugins: requeue guard"
+
+# Shared by both blocks: they add to what the user's setup_lines already did instead of replacing it. A trap
+# the user set for the same signal still runs, and a user's own shell function of the same name as one the
+# block defines (srun, scontrol) is kept and called in place of the program.
+_CHAIN_HELPERS_MARK = "# nemo-resiliency-plugins: chaining helpers"
+_CHAIN_HELPERS = _block("chain_helpers.sh")
+
+
+def _add_chain_helpers(executor: Any) -> None:
+    existing = executor.setup_lines or ""
+    if _CHAIN_HELPERS_MARK not in existing:
+        executor.setup_lines = (existing.rstrip("\n") + "\n" if existing else "") + _CHAIN_HELPERS
+
+
+_REQUEUE_GUARD = _block("requeue_guard.sh")
+
+
+def guard_ft_requeue(executor: Any, *, plugin: str) -> None:
+    """Stop NeMo-Run's ft_launcher sbatch template from requeueing a Slurm job that finished.
+
+    The template (``ft_launcher_slurm.j2``) requeues after every run unless the finished-flag file exists or
+    ``retries`` failures are in the job's results file. Megatron Bridge never writes the flag, so a
+    successful run is requeued forever (each run resumes at the last iteration and succeeds again). The guard
+    is a bash function in ``setup_lines`` (the only hook NeMo-Run gives before the template's last lines):
+    it intercepts the template's ``scontrol requeue`` and, when the step exited 0 and the batch shell did not
+    receive the preemption signal (:func:`forward_batch_signal_to_tasks` records it), writes the flag and
+    skips the requeue. A failed step is requeued as before (up to ``retries`` failures); a step that exited 0
+    after the preemption signal (saved and exited) is requeued to continue training. If such a job had in
+    fact just finished, the next run resumes at the last iteration, exits 0 at once and ends there.
+    Two more template traps are fixed in the same block (both seen on the local Slurm): the template counts
+    the failed run itself against ``TORCHX_MAX_RETRIES`` (``retries=1`` never requeued; ``retries=0`` not
+    even after a preemption), so the block adds one; and a job out of retries fell off the script's end
+    and was reported COMPLETED with exit code 0, so an EXIT trap ends it with the step's exit code.
+    Trade-off: a Megatron Bridge run that exits 0 on its own before the end (``train.exit_duration_in_mins``,
+    ``train.exit_interval``) is treated as finished.
+    """
+    if not _is_slurm(executor):
+        return
+    if _REQUEUE_GUARD_MARK in (executor.setup_lines or ""):
+        return
+    _add_chain_helpers(executor)
+    existing = executor.setup_lines
+    executor.setup_lines = existing.rstrip("\n") + "\n" + _REQUEUE_GUARD
+
+
+# ------------------------------------------------------------------- Slurm signal to the step's tasks only
+
+_FORWARD_MARK = "# nemo-resiliency-plugins: signal forwarding"
+
+_FORWARD = _block("forward_signal.sh")
+
+
+def forward_batch_signal_to_tasks(executor: Any, signal_name: str, *, plugin: str) -> None:
+    """Make a ``--signal=B:<signal_name>@N`` batch-shell signal reach the job steps' task processes only.
+
+    Why not plain ``--signal=<sig>@N``: Slurm then signals every process of the step, including NVRx's rank
+    monitors (children of ``ft_launcher``), which close on SIGTERM/SIGINT/SIGUSR1/SIGUSR2; the ranks' next
+    section message (Megatron Bridge's ``on_checkpointing_start/end`` around the save) raises
+    ``RankMonitorClientError`` and the preemption checkpoint is lost (measured on the local Slurm). Signalling
+    only the task processes lets the launcher forward the signal to its ranks and keep the monitors until
+    they have saved. ``signal_name`` is a name without ``SIG`` (``TERM``); it goes into shell code, so only
+    plain names are accepted.
+    """
+    if not _is_slurm(executor):
+        return
+    if not re.fullmatch(r"[A-Z][A-Z0-9]*", signal_name or ""):
+        raise ResiliencyConfigError(plugin, None, detail=f"internal: bad signal name {signal_name!r}")
+    existing = executor.setup_lines or ""
+    # The signal is forwarded first; a trap the user's setup_lines set for it runs after.
+    # (nrp_forward_signal runs NRP_USER_SIGNAL_TRAP, captured just before).
+    trap = f"trap 'nrp_forward_signal {signal_name}' {signal_name}"
+    if _FORWARD_MARK in existing:
+        if trap not in existing:
+            raise ResiliencyConfigError(
+                plugin,
+                None,
+                signal_name,
+                detail="the job already forwards another batch signal to its tasks; use one exit signal per job",
+            )
+        return
+    _add_chain_helpers(executor)
+    executor.setup_lines = (
+        executor.setup_lines.rstrip("\n") + f"\n{_FORWARD}\nNRP_USER_SIGNAL_TRAP=$(nrp_trap_of {signal_name})\n{trap}"
+    )

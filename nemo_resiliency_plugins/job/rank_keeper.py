@@ -1,0 +1,171 @@
+"""Rank keeper: the worker process a launcher starts when in-process restart has a warm reserve.
+
+Why it exists: torchrun and NVRx 0.7's ``ft_launcher`` watch the processes they start and tear the whole worker
+group down (and restart it, if restarts are left) as soon as one of them exits with a failure. NVRx's in-process
+restart with a warm reserve needs the opposite: when a rank dies, the *surviving* processes must live on so that
+NVRx's wrapper can hand the dead rank's place to a reserve rank. NVRx documents ``srun --kill-on-bad-exit=0``
+for Slurm and, for ft_launcher, a ``--ft-restart-policy=min-healthy`` that NVRx 0.7 no longer offers (its only
+policy is ``any-failed``). So the launcher starts this keeper as each worker, and the keeper runs the real rank
+as its child:
+
+* the rank dies by a signal the keeper did not forward (SIGKILL from an OOM killer, a crashed driver, NVRx's
+  own ``hard_timeout`` termination): NVRx's monitor process records the rank as terminated in its store, and
+  the in-process machinery decides what happens next. The keeper reports the death on its stdout and stays a
+  running worker while a rank of its node lives on; it leaves with 0 once the others have finished, and passes
+  the death on to the launcher when no rank of its node is alive any more (nobody is left to finish the job).
+* anything else is passed on unchanged: an exit code (a rank whose Python code decided to fail, e.g. NVRx's
+  wrapper giving up because no reserve is left: the launcher then restarts the group, as without reserves), and
+  a death by a signal the launcher sent (the keeper forwarded it and dies the same way).
+
+What this does NOT hide: when no reserve is left, NVRx terminates the surviving ranks (``RankDiscarded``) and
+they exit with an error, so the launcher still restarts the worker group (ft_launcher) or fails the job.
+
+How a job gets it: :func:`nemo_resiliency_plugins.core.front_program.install_rank_keeper` (called by
+InProcessRestartPlugin when ``active_world_size`` leaves a reserve) turns a ``run.Script(path="pkg.train",
+m=True)`` task into ``run.Script(path="nemo_resiliency_plugins.job.rank_keeper", m=True)`` with the same
+arguments, and names the real target in the job's environment (``NRP_RANK_KEEPER_MODULE=pkg.train`` or
+``NRP_RANK_KEEPER_SCRIPT=train.py``). The task's arguments are left as they were, so every plugin still reads
+and writes its Hydra overrides there. By hand::
+
+    NRP_RANK_KEEPER_MODULE=pkg.train torchrun --nproc-per-node=3 -m nemo_resiliency_plugins.job.rank_keeper [args...]
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+__all__ = ["FORWARDED_SIGNALS", "KEEPER_MODULE", "MODULE_ENV", "SCRIPT_ENV", "STOP_SIGNALS", "main"]
+
+KEEPER_MODULE = "nemo_resiliency_plugins.job.rank_keeper"
+#: How a keeper shows in a process's argv (the module before 0.2 included, for jobs saved then).
+KEEPER_NAMES = frozenset({KEEPER_MODULE, "nemo_resiliency_plugins.rank_keeper"})
+KEEPER_FILE_SUFFIX = "/rank_keeper.py"
+MODULE_ENV = "NRP_RANK_KEEPER_MODULE"
+SCRIPT_ENV = "NRP_RANK_KEEPER_SCRIPT"
+
+# Signals a launcher sends its workers (stop, NVRx ft_launcher's rank-termination signal, Slurm's warning).
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def _say(message: str) -> None:
+    sys.stdout.write(f"[rank_keeper rank={os.environ.get('RANK', '?')}] {message}\n")
+    sys.stdout.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if os.environ.get(MODULE_ENV):
+        target = ["-m", os.environ[MODULE_ENV]]
+    elif os.environ.get(SCRIPT_ENV):
+        target = [os.environ[SCRIPT_ENV]]
+    else:
+        sys.stderr.write(f"rank_keeper: set {MODULE_ENV}=<module> or {SCRIPT_ENV}=<script.py> (the real rank)\n")
+        return 2
+    # The interpreter options the launcher gave the keeper (torchrun: -u) apply to the rank too.
+    options = sys.orig_argv[1 : sys.orig_argv.index("-m")] if "-m" in sys.orig_argv else []
+    child = subprocess.Popen([sys.executable, *options, *target, *args])
+    forwarded: list[int] = []
+
+    def forward(signum: int, _frame) -> None:
+        if signum in STOP_SIGNALS:  # SIGUSR1/2 (e.g. Slurm's warning) are passed on, but do not stop the keeper
+            forwarded.append(signum)
+        try:
+            child.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    for signum in FORWARDED_SIGNALS:
+        signal.signal(signum, forward)
+    code = child.wait()
+    if code >= 0:
+        return code
+    if not forwarded:
+        _say(
+            f"RANK_DIED pid={child.pid} signal={signal.Signals(-code).name}: left to NVRx in-process restart; "
+            "waiting for the other ranks"
+        )
+        outcome = _wait_for_the_others(forwarded)
+        if outcome == "finished":
+            _say("the other ranks finished: exit 0")
+            return 0
+        if outcome == "all dead":
+            _say("no rank of this node is alive any more: the death goes to the launcher")
+    # Die the way the rank did (or as the launcher asked), so the launcher sees a failed worker.
+    signum = forwarded[-1] if forwarded else -code
+    if signum != signal.SIGKILL:  # SIGKILL has no handler to reset
+        signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+    return 128 + signum
+
+
+def _wait_for_the_others(forwarded: list[int], interval_s: float = 0.5, settle_s: float = 3.0) -> str:
+    """After this keeper's rank died: "stopped" (the launcher signalled), "finished" or "all dead".
+
+    The keeper stays a running worker while another rank of this node lives on (NVRx's business, a reserve may
+    take the place). When the other keepers have begun to leave with no rank alive, the job ended normally: a
+    keeper leaves on its own only when its rank returned 0, and a failure makes the launcher stop every worker,
+    this one included (``forwarded``). When every keeper of the node stays there for ``settle_s`` with no living
+    rank, nobody is left to finish the job: the death is reported to the launcher after all. (The wait tells a
+    keeper whose rank has just returned, and which is about to leave, from one that waits like this one.)
+    """
+    me = os.getpid()
+    expected = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) - 1
+    nobody_since: float | None = None
+    while not forwarded:
+        siblings = [pid for pid in _children(os.getppid()) if pid != me and _is_keeper(pid)]
+        alive = any(_has_living_child(pid) for pid in siblings)
+        if alive:
+            nobody_since = None
+        elif len(siblings) < expected:
+            return "finished"
+        else:
+            nobody_since = nobody_since if nobody_since is not None else time.monotonic()
+            if time.monotonic() - nobody_since >= settle_s:
+                return "all dead"
+        time.sleep(interval_s)
+    return "stopped"
+
+
+# The process table is read from /proc (Linux, where every launcher this keeper serves runs): the keeper is
+# standard library only, so that it can run in a training image that lacks this package's dependencies.
+def _stat(pid: int) -> tuple[str, int] | None:
+    """``(state, parent pid)`` of ``pid``, or None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            text = handle.read().decode(errors="replace")
+    except OSError:
+        return None
+    fields = text[text.rfind(")") + 2 :].split()  # the command name may hold spaces and parentheses
+    return (fields[0], int(fields[1])) if len(fields) > 1 else None
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            stat = _stat(int(entry))
+            if stat is not None and stat[1] == pid:
+                found.append(int(entry))
+    return found
+
+
+def _is_keeper(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            argv = handle.read().decode(errors="replace").split("\0")
+    except OSError:
+        return False
+    return any(arg in KEEPER_NAMES or arg.endswith(KEEPER_FILE_SUFFIX) for arg in argv)
+
+
+def _has_living_child(pid: int) -> bool:
+    return any((_stat(child) or ("Z", 0))[0] not in ("Z", "X") for child in _children(pid))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
