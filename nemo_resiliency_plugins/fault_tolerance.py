@@ -310,7 +310,7 @@ class FaultTolerancePlugin(run.Plugin):
         )
         exclude = self.exclude_failed_nodes
         if exclude is None:
-            exclude = (getattr(executor, "nodes", 1) or 1) > 1
+            exclude = (executor_config.node_count(executor) or 1) > 1
         if exclude:
             executor_config.set_env(
                 task, executor, "NRP_EXCLUDE_FAILED_NODES", "1", plugin=name, field="exclude_failed_nodes"

@@ -68,6 +68,24 @@ REQUIRED_ENV = {
     # NVLink SHARP buffers cannot be torn down and re-created inside a living process.
     "NCCL_NVLS_ENABLE": "0",
 }
+
+
+def env_problems(task: Any, executor: Any) -> dict[str, Any]:
+    """The variables in-process restart needs that the job does not have as required: name -> the job's value.
+
+    The one statement of the rule: :meth:`InProcessRestartPlugin.setup` sets what this lists, and ``doctor``
+    reports what it lists on a job that was built another way.
+    """
+    wrong = {}
+    level = executor_config.get_env(task, executor, "TORCH_CPP_LOG_LEVEL")
+    if level not in QUIET_CPP_LOG_LEVELS:
+        wrong["TORCH_CPP_LOG_LEVEL"] = level
+    for name, value in REQUIRED_ENV.items():
+        if str(executor_config.get_env(task, executor, name)) != value:
+            wrong[name] = executor_config.get_env(task, executor, name)
+    return wrong
+
+
 # Set on the executor by setup(): a second in-process restart plugin on the same job sees it.
 MARKER_ENV = "NRP_INPROCESS_RESTART_PLUGIN"
 
@@ -223,11 +241,8 @@ class InProcessRestartPlugin(run.Plugin):
         guard_known_bugs(task, plugin=name)  # Megatron-Bridge#5761, #5187 (known_bugs.py)
         self._apply_watchdog_rule(task, name)
 
-        level = executor_config.get_env(task, executor, "TORCH_CPP_LOG_LEVEL")
-        if level not in QUIET_CPP_LOG_LEVELS:  # another user value is refused by set_env, naming both
-            executor_config.set_env(task, executor, "TORCH_CPP_LOG_LEVEL", "error", plugin=name)
-        for env_name, value in REQUIRED_ENV.items():
-            executor_config.set_env(task, executor, env_name, value, plugin=name)
+        for env_name in env_problems(task, executor):  # another user value is refused by set_env, naming both
+            executor_config.set_env(task, executor, env_name, REQUIRED_ENV.get(env_name, "error"), plugin=name)
         # Megatron Bridge reads MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE raw; without a launcher a LocalExecutor
         # starts one plain process with none of them. A launcher the user (or FaultTolerancePlugin) chose stays.
         if executor_config.default_launcher(executor, "torchrun"):
@@ -308,8 +323,11 @@ class InProcessRestartPlugin(run.Plugin):
         if self.active_world_size is None:
             return 0
         kind = executor_config.executor_kind(executor)
+        nodes = executor_config.node_count(executor)
         try:
-            nodes, per_node = int(executor.nnodes()), int(executor.nproc_per_node())
+            per_node = int(executor.nproc_per_node())
+            if nodes is None:
+                raise ValueError("no node count")
         except Exception:  # an executor that cannot say how many ranks it starts
             raise ResiliencyConfigError(
                 name,

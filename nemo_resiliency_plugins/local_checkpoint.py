@@ -242,7 +242,7 @@ class LocalCheckpointPlugin(run.Plugin):
         )
 
     def _check_replication(self, executor: Any, name: str) -> None:
-        nodes, per_node = _nodes(executor), _ranks_per_node(executor)
+        nodes, per_node = executor_config.node_count(executor), _ranks_per_node(executor)
         jump, factor = self.replication_jump, self.replication_factor
         if nodes is not None and factor > nodes:
             raise ResiliencyConfigError(
@@ -289,13 +289,6 @@ class LocalCheckpointPlugin(run.Plugin):
 
 
 # ------------------------------------------------------------------------------------- cross-plugin rules
-
-def _nodes(executor: Any) -> int | None:
-    try:
-        return int(executor.nnodes())
-    except (AttributeError, NotImplementedError, TypeError, ValueError):
-        return None
-
 
 def _ranks_per_node(executor: Any) -> int | None:
     try:

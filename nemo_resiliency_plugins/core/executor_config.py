@@ -22,7 +22,7 @@ from typing import Any
 import nemo_run as run
 from nemo_run.core.execution.launcher import FaultTolerance, Launcher, Torchrun
 
-from nemo_resiliency_plugins.core.executors import for_executor
+from nemo_resiliency_plugins.core.executors import for_executor, node_count  # noqa: F401  (node_count: for plugins)
 from nemo_resiliency_plugins.core.slurm_script import (  # noqa: F401  (the sbatch-script blocks, re-exported)
     forward_batch_signal_to_tasks,
     guard_ft_requeue,

@@ -7,11 +7,11 @@ verdict: ``pass``, ``warn``, ``FAIL`` or ``n/a``. Any FAIL makes the command exi
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
 import re
-import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -19,9 +19,12 @@ from typing import Any
 import nemo_run as run
 from nemo_run.core.execution.launcher import FaultTolerance, Torchrun
 
-from nemo_resiliency_plugins.core import known_bugs, nvrx_launcher
+from nemo_resiliency_plugins.core import autoresume, executor_config, known_bugs, nvrx_launcher
 from nemo_resiliency_plugins.core.hydra_overrides import OverrideSyntaxError, find_overrides
+from nemo_resiliency_plugins.core.task_config import read_config_field
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
+from nemo_resiliency_plugins.fault_tolerance import MEGATRON_BRIDGE_SECTIONS
+from nemo_resiliency_plugins.inprocess_restart import env_problems as inprocess_env_problems
 from nemo_resiliency_plugins.tools.timeout_chain import timeout_chain
 
 # A computed section timeout below this is almost certainly measured on a toy run (NVRx multiplies the
@@ -44,27 +47,10 @@ def _check(name: str, ok: bool | None, detail: str, *, warn_only: bool = False) 
 
 def _task_ft_enabled(task: Any) -> bool | None:
     """Does the task switch Megatron Bridge's FT package on? None when it says nothing."""
-    if isinstance(task, run.Script):
-        value = None
-        for o in find_overrides(task.args):
-            if o.key == "ft.enable_ft_package" and o.prefix != "~":
-                value = o.value
-            elif o.key == "ft" and isinstance(o.value, dict) and "enable_ft_package" in o.value:
-                value = o.value["enable_ft_package"]
-        return value
-    from nemo_resiliency_plugins.core.task_config import read_config_field
-
     return read_config_field(task, "ft", "enable_ft_package", plugin="doctor")
 
 
 def _checkpoint_dir(task: Any) -> str | None:
-    if isinstance(task, run.Script):
-        for o in find_overrides(task.args):
-            if o.key == "checkpoint.save" and isinstance(o.value, str) and o.value:
-                return o.value
-        return None
-    from nemo_resiliency_plugins.core.task_config import read_config_field
-
     value = read_config_field(task, "checkpoint", "save", plugin="doctor")
     return str(value) if value else None
 
@@ -90,6 +76,32 @@ def _ft_cfg(executor: Any) -> tuple[str | None, dict | None, str | None]:
         return path, None, f"unreadable: {err}"
 
 
+@dataclass
+class _Job:
+    """One job as the checks see it: the task and executor after the plugins ran, and what the user told us."""
+
+    task: Any
+    executor: Any
+    plugins: list[Any]
+    checkpoint_dir: str | None
+    step_time_s: float | None
+    save_time_s: float | None
+
+    def __post_init__(self) -> None:
+        launcher = self.executor.launcher
+        self.is_ft = isinstance(launcher, FaultTolerance) or launcher == "ft"
+        if launcher == "torchrun":
+            launcher = Torchrun()
+        elif launcher == "ft":
+            launcher = FaultTolerance()
+        self.launcher = launcher
+        self.slurm = isinstance(self.executor, run.SlurmExecutor)
+        self.ft_on = _task_ft_enabled(self.task)
+
+    def plugin(self, name: str) -> Any:
+        return next((p for p in self.plugins if type(p).__name__ == name), None)
+
+
 def check_job(
     task: Any,
     executor: Any,
@@ -99,7 +111,7 @@ def check_job(
     step_time_s: float | None = None,
     save_time_s: float | None = None,
 ) -> list[Check]:
-    """All checks for one job (task + executor after plugins).
+    """All checks for one job (task + executor after plugins), in the order of :data:`CHECKS`.
 
     A task whose overrides Hydra cannot parse gets one FAIL saying so (the job would fail on it at start):
     the other checks read those overrides.
@@ -109,138 +121,133 @@ def check_job(
             find_overrides(task.args)
         except OverrideSyntaxError as err:
             return [Check("task.args parse with Hydra's override parser", "FAIL", str(err))]
-    plugins = list(plugins or [])
-    checks: list[Check] = []
-    launcher = executor.launcher
-    is_ft = isinstance(launcher, FaultTolerance) or launcher == "ft"
-    if launcher == "torchrun":
-        launcher = Torchrun()
-    elif launcher == "ft":
-        launcher = FaultTolerance()
-    slurm = isinstance(executor, run.SlurmExecutor)
-    ft_on = _task_ft_enabled(task)
+    job = _Job(task, executor, list(plugins or []), checkpoint_dir, step_time_s, save_time_s)
+    return [check for step in CHECKS for check in step(job)]
 
-    # 1. The launcher must be NVRx's ft_launcher when the task enables Megatron Bridge's FT package.
-    if ft_on:
-        checks.append(
-            _check(
-                "launcher is ft_launcher",
-                is_ft,
-                "ft_launcher"
-                if is_ft
-                else (
-                    f"launcher is {type(launcher).__name__ if not isinstance(launcher, str) else launcher!r}: "
-                    "ft.enable_ft_package=true under torchrun raises RankMonitorClientError at start (no rank monitor)"
-                ),
+
+def _check_launcher(job: _Job) -> list[Check]:
+    """The launcher must be NVRx's ft_launcher when the task enables Megatron Bridge's FT package."""
+    launcher, is_ft = job.launcher, job.is_ft
+    name = "launcher is ft_launcher"
+    if job.ft_on:
+        kind = type(launcher).__name__ if not isinstance(launcher, str) else repr(launcher)
+        detail = (
+            "ft_launcher"
+            if is_ft
+            else (
+                f"launcher is {kind}: ft.enable_ft_package=true under torchrun raises RankMonitorClientError at start "
+                "(no rank monitor)"
             )
         )
+        checks = [_check(name, is_ft, detail)]
     else:
-        checks.append(
-            Check(
-                "launcher is ft_launcher",
-                "pass" if is_ft else "n/a",
-                "ft_launcher" if is_ft else "the task does not enable Megatron Bridge's FT package",
-            )
-        )
+        detail = "ft_launcher" if is_ft else "the task does not enable Megatron Bridge's FT package"
+        checks = [Check(name, "pass" if is_ft else "n/a", detail)]
     if isinstance(launcher, Torchrun) and not is_ft:
         checks.append(Check("hang detection", "warn", "torchrun restarts crashed ranks but never detects a hang"))
-    restarting = {"PreemptionPlugin", "InProcessRestartPlugin", "FaultTolerancePlugin"}
-    if is_ft or any(type(p).__name__ in restarting for p in plugins):
-        checks.append(_resume_check(task))
-
-    # 2. Sections declared, heartbeats kept away from a section-based job.
-    if is_ft:
-        path, cfg, problem = _ft_cfg(executor)
-        hb = [getattr(launcher, n, None) for n in ("initial_rank_heartbeat_timeout", "rank_heartbeat_timeout")]
-        if path is None:
-            checks.append(
-                Check(
-                    "section timeouts declared",
-                    "FAIL",
-                    f"no {nvrx_launcher.CONFIG_PATH_ENV} and NeMo-Run cannot pass section flags: NVRx "
-                    "monitors no section of a Megatron Bridge job (hangs are never caught)",
-                )
-            )
-        elif cfg is None:
-            in_script = slurm and path.split("/")[-1] in (executor.setup_lines or "")
-            checks.append(
-                Check(
-                    "section timeouts declared",
-                    "pass" if in_script else "FAIL",
-                    f"{path}: {problem}" + ("; the sbatch script writes it" if in_script else ""),
-                )
-            )
-        else:
-            sections = cfg.get("rank_section_timeouts") or {}
-            missing = [s for s in ("setup", "step", "checkpointing") if s not in sections]
-            checks.append(
-                _check(
-                    "section timeouts declared",
-                    not missing,
-                    f"{sections}" + (f"; missing {missing}" if missing else ""),
-                )
-            )
-        if ft_on is not False and any(v is not None for v in hb):
-            checks.append(
-                Check(
-                    "no heartbeat timeouts on a section-based job",
-                    "FAIL",
-                    f"launcher passes heartbeat timeouts {hb}: Megatron Bridge sends no heartbeats, so "
-                    "NVRx kills a healthy job once initial_rank_heartbeat_timeout passes",
-                )
-            )
-        else:
-            checks.append(Check("no heartbeat timeouts on a section-based job", "pass", "none passed"))
-
-        # 3. One infrastructure rank per node (NVRx refuses duplicates).
-        checks.append(_infra_rank_check(executor))
-
-        # 4. Flag compatibility and the zero-restarts trap.
-        checks.extend(_flag_checks(task, executor))
-        checks.extend(_progress_checks(executor, path, cfg, slurm))
-
-        # 5. ft_launcher resolvable where the job runs here.
-        if _runs_here(executor):
-            paths = [str(executor.env_vars.get("PATH", "")), os.environ.get("PATH", "")]
-            where = shutil.which("ft_launcher", path=os.pathsep.join(p for p in paths if p))
-            checks.append(
-                _check(
-                    "ft_launcher resolvable",
-                    where is not None,
-                    where or "not on PATH: install nvidia-resiliency-ext where the job runs",
-                )
-            )
-
-    # 6. ft_state.json.
-    ckpt = checkpoint_dir or _checkpoint_dir(task)
-    if ckpt:
-        checks.extend(_ft_state_checks(Path(ckpt) / "ft_state.json", save_time_s))
-
-    # 7. In-process restart: env vars and the NCCL watchdog.
-    inproc = next((p for p in plugins if type(p).__name__ == "InProcessRestartPlugin"), None)
-    if inproc is not None:
-        want = {"TORCH_CPP_LOG_LEVEL": "error", "TORCH_NCCL_RETHROW_CUDA_ERRORS": "0", "NCCL_NVLS_ENABLE": "0"}
-        wrong = {k: executor.env_vars.get(k) for k, v in want.items() if str(executor.env_vars.get(k)) != v}
-        checks.append(_check("in-process env vars", not wrong, f"wrong or missing: {wrong}" if wrong else str(want)))
-
-    # 8. Async and local checkpoints, as the task carries them (plugins or hand-written overrides).
-    checks.extend(_checkpoint_checks(task, executor))
-
-    # 9. The timeout chain.
-    nccl = _nccl_timeout_s(task)
-    for link in timeout_chain(plugins, executor, step_time_s=step_time_s, save_time_s=save_time_s, nccl_timeout_s=nccl):
-        checks.append(Check(f"timeouts: {link.name}", {True: "pass", False: "FAIL", None: "n/a"}[link.ok], link.detail))
-
-    # 9. Known Megatron Bridge bugs on this job's path, judged from the Megatron Bridge installed here.
-    for finding in known_bugs.findings(task):
-        checks.append(Check(f"known bug {finding.bug.ref}", finding.verdict, finding.line))
     return checks
+
+
+#: Plugins whose restarts need the job to resume from what it saved.
+_RESTARTING = ("PreemptionPlugin", "InProcessRestartPlugin", "FaultTolerancePlugin")
+
+
+def _check_resume(job: _Job) -> list[Check]:
+    if job.is_ft or any(job.plugin(name) is not None for name in _RESTARTING):
+        return [_resume_check(job.task)]
+    return []
+
+
+def _check_ft_sections(job: _Job) -> list[Check]:
+    """Sections declared (Megatron Bridge's own names), heartbeats kept away from a section-based job."""
+    if not job.is_ft:
+        return []
+    path, cfg, problem = _ft_cfg(job.executor)
+    hb = [getattr(job.launcher, n, None) for n in ("initial_rank_heartbeat_timeout", "rank_heartbeat_timeout")]
+    name = "section timeouts declared"
+    if path is None:
+        checks = [
+            Check(
+                name,
+                "FAIL",
+                f"no {nvrx_launcher.CONFIG_PATH_ENV} and NeMo-Run cannot pass section flags: NVRx "
+                "monitors no section of a Megatron Bridge job (hangs are never caught)",
+            )
+        ]
+    elif cfg is None:
+        in_script = job.slurm and path.split("/")[-1] in (job.executor.setup_lines or "")
+        detail = f"{path}: {problem}" + ("; the sbatch script writes it" if in_script else "")
+        checks = [Check(name, "pass" if in_script else "FAIL", detail)]
+    else:
+        sections = cfg.get("rank_section_timeouts") or {}
+        missing = [s for s in MEGATRON_BRIDGE_SECTIONS if s not in sections]
+        checks = [_check(name, not missing, f"{sections}" + (f"; missing {missing}" if missing else ""))]
+    name = "no heartbeat timeouts on a section-based job"
+    if job.ft_on is not False and any(v is not None for v in hb):
+        detail = (
+            f"launcher passes heartbeat timeouts {hb}: Megatron Bridge sends no heartbeats, so NVRx kills a "
+            "healthy job once initial_rank_heartbeat_timeout passes"
+        )
+        checks.append(Check(name, "FAIL", detail))
+    else:
+        checks.append(Check(name, "pass", "none passed"))
+    return checks
+
+
+def _check_ft_launch(job: _Job) -> list[Check]:
+    """One infrastructure rank per node, flags NVRx accepts, progress tracking, ft_launcher on PATH here."""
+    if not job.is_ft:
+        return []
+    path, cfg, _ = _ft_cfg(job.executor)
+    checks = [_infra_rank_check(job.executor)]
+    checks.extend(_flag_checks(job.task, job.executor))
+    checks.extend(_progress_checks(job.executor, path, cfg, job.slurm))
+    try:
+        fix = "install nvidia-resiliency-ext where the job runs"
+        executor_config.require_program(job.task, job.executor, "ft_launcher", plugin="doctor", fix=fix)
+    except ResiliencyConfigError as err:
+        checks.append(Check("ft_launcher resolvable", "FAIL", err.detail or str(err)))
+    else:
+        if _runs_here(job.executor):
+            checks.append(Check("ft_launcher resolvable", "pass", "on the PATH the local job will see"))
+    return checks
+
+
+def _check_ft_state(job: _Job) -> list[Check]:
+    ckpt = job.checkpoint_dir or _checkpoint_dir(job.task)
+    return _ft_state_checks(Path(ckpt) / "ft_state.json", job.save_time_s) if ckpt else []
+
+
+def _check_inprocess_env(job: _Job) -> list[Check]:
+    """The environment InProcessRestartPlugin requires, judged by the plugin's own rule."""
+    if job.plugin("InProcessRestartPlugin") is None:
+        return []
+    wrong = inprocess_env_problems(job.task, job.executor)
+    detail = f"wrong or missing: {wrong}" if wrong else "as InProcessRestartPlugin requires"
+    return [_check("in-process env vars", not wrong, detail)]
+
+
+def _check_timeout_chain(job: _Job) -> list[Check]:
+    nccl = _nccl_timeout_s(job.task)
+    links = timeout_chain(
+        job.plugins, job.executor, step_time_s=job.step_time_s, save_time_s=job.save_time_s, nccl_timeout_s=nccl
+    )
+    verdicts = {True: "pass", False: "FAIL", None: "n/a"}
+    return [Check(f"timeouts: {link.name}", verdicts[link.ok], link.detail) for link in links]
+
+
+def _check_known_bugs(job: _Job) -> list[Check]:
+    """Known Megatron Bridge bugs on this job's path, judged from the Megatron Bridge installed here."""
+    return [Check(f"known bug {f.bug.ref}", f.verdict, f.line) for f in known_bugs.findings(job.task)]
+
+
+def _check_checkpoints(job: _Job) -> list[Check]:
+    return _checkpoint_checks(job.task, job.executor)
 
 
 def _checkpoint_checks(task: Any, executor: Any) -> list[Check]:
     """The rules of AsyncCheckpointPlugin / LocalCheckpointPlugin, applied to what the task will run with."""
     from nemo_resiliency_plugins.async_checkpoint import ASYNC_FORMATS
-    from nemo_resiliency_plugins.core.task_config import read_config_field
     from nemo_resiliency_plugins.local_checkpoint import check_durable_schedule, check_exit_saves_persistent
 
     def read(field: str) -> Any:
@@ -292,34 +299,34 @@ def _local_guard_check(executor: Any, local_dir: Any) -> Check:
 
 
 def _resume_check(task: Any) -> Check:
-    """Megatron Bridge resumes only from checkpoint.load: a restart must find what the run saved."""
-    from nemo_resiliency_plugins.core.task_config import config_field_seen
+    """Megatron Bridge resumes only from checkpoint.load: the restart plugins' own rule
+    (:func:`~nemo_resiliency_plugins.core.autoresume.ensure_autoresume`), applied to a copy of the job's task.
 
+    Where the rule would wire ``checkpoint.load`` (it is unset), the job as built trains from iteration 0.
+    """
     name = "restarts resume from the saved checkpoints"
+    trial = copy.deepcopy(task)
     try:
-        save_seen, save = config_field_seen(task, "checkpoint", "save", plugin="doctor")
-        load_seen, load = config_field_seen(task, "checkpoint", "load", plugin="doctor")
+        dirs = autoresume.ensure_autoresume(trial, plugin="doctor", why="a restart")
+    except ResiliencyConfigError as err:
+        return Check(name, "FAIL", str(err))
     except Exception as err:  # an unreadable task is reported by other checks
         return Check(name, "n/a", f"could not read the task: {err}")
-    if not save_seen:
+    if not dirs.visible:
         return Check(
             name,
             "warn",
             "the task does not show checkpoint.save (a recipe inside the script?): make checkpoint.load the "
             "same directory, or every restart trains from iteration 0",
         )
-    if not save:
-        return Check(name, "FAIL", "checkpoint.save is unset: nothing is saved, every restart trains from iteration 0")
-    if not load_seen or not load:
+    if dirs.load_was_set:
         return Check(
             name,
             "FAIL",
-            f"checkpoint.save={save} but checkpoint.load is unset: Megatron Bridge resumes only from checkpoint.load, "
-            "so every restart trains from iteration 0",
+            f"checkpoint.save={dirs.save} but checkpoint.load is unset: Megatron Bridge resumes only from "
+            "checkpoint.load, so every restart trains from iteration 0",
         )
-    if os.path.normpath(str(load)) != os.path.normpath(str(save)):
-        return Check(name, "FAIL", f"checkpoint.load={load} differs from checkpoint.save={save}: restarts load {load}")
-    return Check(name, "pass", f"checkpoint.load = checkpoint.save = {save}")
+    return Check(name, "pass", f"checkpoint.load = checkpoint.save = {dirs.save}")
 
 
 def _progress_checks(executor: Any, path: str | None, cfg: dict | None, slurm: bool) -> list[Check]:
@@ -405,7 +412,6 @@ def _infra_rank_check(executor: Any) -> Check:
 
 
 def _nccl_timeout_s(task: Any) -> float | None:
-    from nemo_resiliency_plugins.core.task_config import read_config_field
     from nemo_resiliency_plugins.core.validation import is_finite_number
 
     value = read_config_field(task, "dist", "distributed_timeout_minutes", plugin="doctor")
@@ -481,6 +487,20 @@ def _ft_state_checks(path: Path, save_time_s: float | None) -> list[Check]:
             )
         )
     return checks
+
+
+#: Every check, in the order doctor prints them.
+CHECKS = (
+    _check_launcher,
+    _check_resume,
+    _check_ft_sections,
+    _check_ft_launch,
+    _check_ft_state,
+    _check_inprocess_env,
+    _check_checkpoints,
+    _check_timeout_chain,
+    _check_known_bugs,
+)
 
 
 def jobs_from_experiment_dir(exp_dir: str) -> list[tuple[Any, Any, list[Any]]]:

@@ -25,12 +25,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from nemo_resiliency_plugins.core.executors import node_count
+from nemo_resiliency_plugins.inprocess_restart import MB_DEFAULT_DISTRIBUTED_TIMEOUT_MINUTES
+
 # ft_launcher's --term-timeout default (NVRx 0.7.0): SIGTERM forwarded to ranks, SIGKILL after this.
 FT_LAUNCHER_TERM_TIMEOUT_S = 1800.0
 # torchrun's grace period before SIGKILL (torch.distributed.elastic; pytorch/pytorch#119856).
 TORCHRUN_TERM_TIMEOUT_S = 30.0
-# Megatron Bridge's DistributedInitConfig.distributed_timeout_minutes default.
-MB_DEFAULT_NCCL_TIMEOUT_S = 10 * 60.0
+# Megatron Bridge's DistributedInitConfig.distributed_timeout_minutes default, in seconds.
+MB_DEFAULT_NCCL_TIMEOUT_S = MB_DEFAULT_DISTRIBUTED_TIMEOUT_MINUTES * 60.0
 
 
 @dataclass
@@ -193,10 +196,7 @@ def _checkpoint_links(plugins: list[Any], executor: Any, preempt: Any) -> list[L
             )
         )
     if local is not None and getattr(local, "replication", False):
-        try:
-            nodes = int(executor.nnodes()) if executor is not None else None
-        except (AttributeError, NotImplementedError, TypeError, ValueError):
-            nodes = None
+        nodes = node_count(executor) if executor is not None else None
         factor = local.replication_factor
         links.append(
             Link(

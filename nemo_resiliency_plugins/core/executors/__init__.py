@@ -14,7 +14,7 @@ from typing import Any
 
 import nemo_run as run
 
-from nemo_resiliency_plugins.core.executors.base import ExecutorRules, FaultToleranceWithSections
+from nemo_resiliency_plugins.core.executors.base import ExecutorRules, FaultToleranceWithSections, node_count
 from nemo_resiliency_plugins.core.executors.dgxcloud import DGXCloudRules
 from nemo_resiliency_plugins.core.executors.docker import DockerRules
 from nemo_resiliency_plugins.core.executors.kubeflow import KubeflowRules
@@ -64,4 +64,4 @@ def for_executor(executor: Any, *, plugin: str = "nemo-resiliency") -> ExecutorR
     raise ResiliencyConfigError(plugin, "executor", name, detail=reason)
 
 
-__all__ = ["REFUSED", "RULES", "SUPPORTED", "ExecutorRules", "FaultToleranceWithSections", "for_executor"]
+__all__ = ["REFUSED", "RULES", "SUPPORTED", "ExecutorRules", "FaultToleranceWithSections", "for_executor", "node_count"]

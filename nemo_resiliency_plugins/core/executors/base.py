@@ -23,6 +23,18 @@ from nemo_resiliency_plugins.errors import ResiliencyConfigError
 logger = logging.getLogger("nemo_resiliency_plugins.core.executor_config")
 
 
+def node_count(executor: Any) -> int | None:
+    """How many nodes the job runs on, as the executor says (``nnodes()``); None when it cannot say.
+
+    The one place the node count is read: a plugin that needs a default uses ``or 1``, a check that cannot be
+    made without it says so.
+    """
+    try:
+        return int(executor.nnodes())
+    except (AttributeError, NotImplementedError, TypeError, ValueError):
+        return None
+
+
 @dataclass(kw_only=True)
 class FaultToleranceWithSections(FaultTolerance):
     """``run.FaultTolerance`` that also carries NVRx's ``fault_tolerance:`` mapping (section timeouts).
@@ -78,10 +90,8 @@ class ExecutorRules:
     # ------------------------------------------------------------------------------------- the job's shape
 
     def nodes(self) -> int:
-        try:
-            return int(self.executor.nnodes())
-        except Exception:  # an executor that cannot say: one node is what it starts by default
-            return 1
+        """The job's node count; 1 when the executor cannot say (one node is what it starts by default)."""
+        return node_count(self.executor) or 1
 
     def grace_period_s(self) -> float | None:
         """Seconds between the platform's SIGTERM and its SIGKILL for this job, when the executor says."""
