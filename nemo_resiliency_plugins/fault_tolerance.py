@@ -212,14 +212,7 @@ class FaultTolerancePlugin(run.Plugin):
         task_config.set_config_fields(
             task,
             "ft",
-            {
-                "enable_ft_package": self.enable_ft_package,
-                "calc_ft_timeouts": self.calc_ft_timeouts,
-                "simulate_fault": self.simulate_fault,
-                "simulated_fault_type": self.simulated_fault_type,
-                "simulated_fault_rank": self.simulated_fault_rank,
-                "simulated_fault_base_delay": self.simulated_fault_base_delay,
-            },
+            self.config_values(),
             plugin=name,
             script_args=self.script_args(),
             script_args_converter_fn=self.script_args_converter_fn,
@@ -367,15 +360,19 @@ class FaultTolerancePlugin(run.Plugin):
             return None
         return os.path.join(directory, nvrx_launcher.ITERATION_FILE)
 
+    def config_values(self) -> dict[str, Any]:
+        """``ft.<field>`` -> value: what the plugin sets in Megatron Bridge's FaultToleranceConfig."""
+        return {
+            "enable_ft_package": self.enable_ft_package,
+            "calc_ft_timeouts": self.calc_ft_timeouts,
+            "simulate_fault": self.simulate_fault,
+            "simulated_fault_type": self.simulated_fault_type,
+            "simulated_fault_rank": self.simulated_fault_rank,
+            "simulated_fault_base_delay": self.simulated_fault_base_delay,
+        }
+
     def script_args(self) -> FaultTolerancePluginScriptArgs:
-        return FaultTolerancePluginScriptArgs(
-            enable_ft_package=self.enable_ft_package,
-            calc_ft_timeouts=self.calc_ft_timeouts,
-            simulate_fault=self.simulate_fault,
-            simulated_fault_type=self.simulated_fault_type,
-            simulated_fault_rank=self.simulated_fault_rank,
-            simulated_fault_base_delay=self.simulated_fault_base_delay,
-        )
+        return FaultTolerancePluginScriptArgs(**self.config_values())
 
 
 __all__ = ["FaultTolerancePlugin", "FaultTolerancePluginScriptArgs", "ResiliencyConfigError"]

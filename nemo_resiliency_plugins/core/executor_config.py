@@ -163,7 +163,7 @@ def set_retries(executor: Any, retries: int, *, plugin: str, field: str, default
     rules = for_executor(executor, plugin=plugin)
     if not rules.honours_retries:
         current = getattr(executor, "retries", 0) or 0
-        if current and getattr(rules, "retries_break_job", False):
+        if current and rules.retries_break_job:
             raise ResiliencyConfigError(
                 plugin, "executor.retries", current, "0 on " + rules.label, detail=rules.retries_note
             )

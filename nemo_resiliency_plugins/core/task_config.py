@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import types
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -74,7 +75,7 @@ class Section:
         return f"{_MB_CONFIG}.{self.class_name}"
 
 
-# Checked against the installed Megatron Bridge by tests/contract/test_megatron_bridge_sections.py.
+# Checked against the installed Megatron Bridge by tests/contract/test_megatron_bridge_config.py.
 SECTIONS: dict[str, Section] = {
     s.name: s
     for s in (
@@ -411,7 +412,7 @@ def _set_on_buildable(
     if current is None:
         sub_cls = _section_class(container_cls, section, plugin)
         current = run.Config(sub_cls)
-        _assign(container, section.name, current)
+        setattr(container, section.name, current)
         changes.append(Change(plugin, f"created {section.name}=run.Config({sub_cls.__name__})"))
 
     sub_cls = _target_class(current)
@@ -441,7 +442,7 @@ def _set_on_buildable(
                     ),
                 )
             continue
-        _assign(current, field, value)
+        setattr(current, field, value)
         changes.append(Change(plugin, f"set {key}={value!r}"))
     return changes
 
@@ -493,7 +494,7 @@ def _section_class(container_cls: type, section: Section, plugin: str) -> type:
     except Exception:
         annotation = {f.name: f.type for f in dataclasses.fields(container_cls)}[section.name]
     candidates = [annotation]
-    if typing.get_origin(annotation) in (typing.Union, getattr(__import__("types"), "UnionType", typing.Union)):
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         candidates = list(typing.get_args(annotation))
     for candidate in candidates:
         if isinstance(candidate, type) and dataclasses.is_dataclass(candidate):
@@ -526,6 +527,3 @@ def _explicit_or_changed(obj: Any, field: str, cls: Any) -> Any:
                 return _UNSET
     return value
 
-
-def _assign(obj: Any, name: str, value: Any) -> None:
-    setattr(obj, name, value)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
-import os
 import tempfile
 from dataclasses import dataclass, field
 from typing import Any
@@ -284,6 +283,3 @@ def _diff(before: dict[str, str], after: dict[str, str]) -> list[str]:
             changes.append(f"- {key}")
     return changes
 
-
-def default_job_dir() -> str:
-    return os.path.join(tempfile.gettempdir(), "nrp-explain")

@@ -11,7 +11,6 @@ of an executor says where in NeMo-Run's code it comes from.
 from __future__ import annotations
 
 import dataclasses
-import logging
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -19,8 +18,6 @@ import yaml
 from nemo_run.core.execution.launcher import FaultTolerance
 
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
-
-logger = logging.getLogger("nemo_resiliency_plugins.core.executor_config")
 
 
 def node_count(executor: Any) -> int | None:
@@ -68,6 +65,7 @@ class ExecutorRules:
         preemption_note: what happens to a job the platform stops (signals, grace period).
         default_grace_s: SIGTERM -> SIGKILL grace the platform gives a stopped job by default, if known.
         ships_files: :meth:`deliver_file` has a route for a file of this package to the job.
+        retries_break_job: NeMo-Run's resubmission of a failed job breaks it here, so retries are refused.
         pid1_launch_script: the container's first process is NeMo-Run's bash launch script. The platform's
             SIGTERM goes to that process only, and a PID-namespace init with no handler for it never gets it
             (the kernel drops it; measured here with ``unshare --pid``): the ranks see nothing until SIGKILL.
@@ -86,6 +84,7 @@ class ExecutorRules:
     default_grace_s: ClassVar[float | None] = None
     pid1_launch_script: ClassVar[bool] = False
     ships_files: ClassVar[bool] = False
+    retries_break_job: ClassVar[bool] = False
 
     # ------------------------------------------------------------------------------------- the job's shape
 
