@@ -24,7 +24,7 @@ def _block(name: str) -> str:
     directive lines are left out of the job's script.
     """
     text = (resources.files("nemo_resiliency_plugins.core") / "sbatch" / name).read_text()
-    return "\n".join(line for line in text.rstrip("\n").split("\n") if not line.startswith("# shellcheck "))
+    return "\n".join(line for line in text.rstrip("\n").split("\n") if not line.lstrip().startswith("# shellcheck "))
 
 
 def _is_slurm(executor: Any) -> bool:

@@ -17,6 +17,7 @@ NRP_SIGNALLED=0
 NRP_PREEMPTION_SIGNAL=
 nrp_forward_signal() {
   NRP_SIGNALLED=1
+  # shellcheck disable=SC2034  # read by requeue_guard.sh's scontrol stand-in
   NRP_PREEMPTION_SIGNAL=$1
   echo "nemo-resiliency-plugins: batch shell got SIG$1 at $(date '+%F %T'), forwarding it to the step tasks"
   command srun --overlap --jobid="$SLURM_JOB_ID" --nodes="${SLURM_JOB_NUM_NODES:-1}" --ntasks-per-node=1 \
@@ -28,6 +29,7 @@ nrp_forward_signal() {
 # in the background here and is waited for (again after each trap), returning its own exit status.
 nrp_keep_function srun NRP_SRUN
 srun() {
+  # shellcheck disable=SC2153  # NRP_SRUN is set by nrp_keep_function (chain_helpers.sh)
   $NRP_SRUN "$@" &
   local nrp_srun=$! nrp_rc
   while :; do

@@ -14,6 +14,7 @@ TORCHX_MAX_RETRIES=$(( TORCHX_MAX_RETRIES + 1 ))
 # end it with the training step's exit code instead, so Slurm reports the failure. An EXIT trap of the
 # user's setup_lines runs first (in a subshell, so that an `exit` in it cannot skip this one).
 NRP_USER_EXIT_TRAP=$(nrp_trap_of EXIT)
+# shellcheck disable=SC2154  # exitcode is set by NeMo-Run's sbatch template before this trap runs
 trap '[ -z "$NRP_USER_EXIT_TRAP" ] || (eval "$NRP_USER_EXIT_TRAP"); [ "${exitcode:-0}" = 0 ] || exit "$exitcode"' EXIT
 # NVRx's ft_launcher exits with its no-restart code (NRP_NO_RESTART_EXIT_CODE, set by FaultTolerancePlugin) when
 # NVRx decided the job must not run again: no progress across restarts (max_no_progress_cycles) or an
@@ -51,7 +52,7 @@ nrp_watch_silent_nodes() {  # LOG TASKS SECONDS, in the background while the lau
   # floor: where the current episode's search starts (past every episode NVRx handled, also in the file "from"
   # for nrp_exclude_failed_node); from: where this poll reads, 4 KiB back from the last size (a line being
   # written then is read whole next time) while nothing was detected, so a long log is not re-read every poll.
-  local nrp_floor=0 nrp_from=0 nrp_since= nrp_silent nrp_rc nrp_size nrp_step
+  local nrp_floor=0 nrp_from=0 nrp_since='' nrp_silent nrp_rc nrp_size nrp_step
   set +x  # the template traces the batch script: not this loop, every 2 s
   while sleep 2; do
     nrp_size=$(stat -c %s "$1" 2>/dev/null || echo 0)
@@ -77,7 +78,7 @@ nrp_watch_silent_nodes() {  # LOG TASKS SECONDS, in the background while the lau
   done
 }
 nrp_watch_start() {  # the srun arguments; starts the watchdog when the step is the launchers' and logs to a file
-  local nrp_log= nrp_prev=
+  local nrp_log='' nrp_prev=''
   for nrp_arg in "$@"; do
     case "$nrp_prev" in --output|-o) nrp_log=$nrp_arg ;; esac
     case "$nrp_arg" in --output=*) nrp_log=${nrp_arg#--output=} ;; esac
@@ -109,6 +110,7 @@ nrp_silent_node_names() {  # the hung nodes the launchers' log shows (see above)
   nrp_tasks=$(cat "$NRP_WATCH_DIR/silent" 2>/dev/null) ||
     nrp_tasks=$(nrp_silent_tasks "$nrp_log" "$(cat "$NRP_WATCH_DIR/from" 2>/dev/null || echo 0)" "$nrp_n") ||
     return 0
+  # shellcheck disable=SC2086  # the task list is split into words on purpose
   set -- $nrp_tasks
   # Most nodes silent is not one hung node (a log level that hides NVRx's lines, a cut log): no evidence.
   [ "$#" -gt 0 ] && [ $(( 2 * $# )) -le "$nrp_n" ] || return 0
@@ -147,7 +149,7 @@ nrp_exclude_failed_node() {
   # A running job's ExcNodeList cannot be changed, and requeueing ends this script at once: a background
   # subshell that ignores the job's SIGTERM sets it as soon as the job is pending (well within KillWait).
   ( trap '' TERM INT HUP
-    for nrp_i in $(seq 80); do
+    for _ in $(seq 80); do
       $NRP_SCONTROL update JobId="$SLURM_JOB_ID" ExcNodeList="$nrp_list" 2>/dev/null && exit 0
       sleep 0.25
     done
