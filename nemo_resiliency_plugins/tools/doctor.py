@@ -222,6 +222,9 @@ def check_job(
         want = {"TORCH_CPP_LOG_LEVEL": "error", "TORCH_NCCL_RETHROW_CUDA_ERRORS": "0", "NCCL_NVLS_ENABLE": "0"}
         wrong = {k: executor.env_vars.get(k) for k, v in want.items() if str(executor.env_vars.get(k)) != v}
         checks.append(_check("in-process env vars", not wrong, f"wrong or missing: {wrong}" if wrong else str(want)))
+        from nemo_resiliency_plugins.inprocess_restart import STORE_PORTS_NOTE
+
+        checks.append(Check("in-process store ports", "warn", STORE_PORTS_NOTE))
 
     # 8. Async and local checkpoints, as the task carries them (plugins or hand-written overrides).
     checks.extend(_checkpoint_checks(task, executor))
@@ -234,7 +237,40 @@ def check_job(
     # 9. Known Megatron Bridge bugs on this job's path, judged from the Megatron Bridge installed here.
     for finding in known_bugs.findings(task):
         checks.append(Check(f"known bug {finding.bug.ref}", finding.verdict, finding.line))
+
+    # 10. A launched Docker job: how its container really ended (NeMo-Run's own state can miss it).
+    if isinstance(executor, run.DockerExecutor):
+        checks.append(_container_exit_check(executor))
     return checks
+
+
+def _container_exit_check(executor: Any) -> Check:
+    """The exit status the container's command line wrote into the job directory (tools/job_outcome.py says
+    why NeMo-Run's state may still read SUBMITTED for a job that finished)."""
+    from nemo_resiliency_plugins.tools.job_outcome import container_exit_codes
+
+    name = "container exit status"
+    job_dir = getattr(executor, "job_dir", "") or ""
+    if not job_dir or not os.path.isdir(job_dir):
+        return Check(name, "n/a", "the job was not launched (no job directory)")
+    codes = container_exit_codes(job_dir)
+    if not codes:
+        return Check(
+            name,
+            "n/a",
+            f"no status_*.out in {job_dir}: not launched yet, still running, or killed before the container's "
+            "command line could write one",
+        )
+    failed = {c: v for c, v in codes.items() if v != 0}
+    where = f"(from {job_dir}/status_<container>.out, written by the container itself)"
+    if failed:
+        return Check(name, "FAIL", f"{failed} {where}")
+    return Check(
+        name,
+        "pass",
+        f"every container exited 0 {where}; if NeMo-Run still shows SUBMITTED or UNKNOWN, its wait lost the race "
+        "with the container's auto-removal (docs/races.md): the job did finish",
+    )
 
 
 def _checkpoint_checks(task: Any, executor: Any) -> list[Check]:
