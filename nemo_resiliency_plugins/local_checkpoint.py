@@ -290,7 +290,6 @@ class LocalCheckpointPlugin(run.Plugin):
 
 # ------------------------------------------------------------------------------------- cross-plugin rules
 
-
 def _nodes(executor: Any) -> int | None:
     try:
         return int(executor.nnodes())
