@@ -114,7 +114,7 @@ class LocalDocker:
         state = _state_name(job.state)
         wait_race = state not in TERMINAL
         if wait_race:
-            state = _settled_state(exp, job.id)
+            state = _settled_state(job.handle)
         logs = sorted(glob.glob(os.path.join(job_dir, "log_*.out")))
         text = "\n".join(Path(p).read_text(errors="replace") for p in logs)
         return DockerRunResult(
@@ -139,22 +139,30 @@ def _state_name(state: Any) -> str:
     return getattr(state, "name", str(state))
 
 
-def _settled_state(exp: Any, job_id: str) -> str:
+def _settled_state(handle: str) -> str:
     """NeMo-Run's state of a job whose wait ended without one, asked again until it is terminal.
 
     The race (tools/job_outcome.py, docs/races.md): NeMo-Run's wait found the container ``exited`` and asked
     docker-py about it after Docker had auto-removed it: ``404 ... No such container``; NeMo-Run logs the
     exception and leaves the job ``SUBMITTED``. Once the container is gone, NeMo-Run's ``describe()`` reads the
-    container's own ``status_<container>.out``; until then a status call can lose the same race (``Job.status``
-    then returns the stale state), so it is asked again, once a second, for at most :data:`SETTLE_S`.
+    container's own ``status_<container>.out``; until then a status call can lose the same race (docker-py's
+    ``NotFound``), so it is asked again, once a second, for at most :data:`SETTLE_S`, through a fresh NeMo-Run
+    runner (the experiment's own was closed when its context ended).
     """
+    from nemo_run.run.torchx_backend.runner import get_runner
+
     deadline = time.monotonic() + SETTLE_S
     state = "UNKNOWN"
-    while time.monotonic() < deadline:
-        state = _state_name(exp.status(return_dict=True)[job_id]["status"])
-        if state in TERMINAL:
-            return state
-        time.sleep(1.0)
+    with get_runner() as runner:
+        while time.monotonic() < deadline:
+            try:
+                status = runner.status(handle)
+            except Exception:  # noqa: BLE001 - docker-py's NotFound: the same race, lost again
+                status = None
+            state = _state_name(status.state) if status is not None else state
+            if state in TERMINAL:
+                return state
+            time.sleep(1.0)
     return state
 
 
