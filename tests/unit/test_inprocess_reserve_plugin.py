@@ -17,7 +17,7 @@ from nemo_run.core.execution.launcher import FaultTolerance
 from nemo_resiliency_plugins import FaultTolerancePlugin, ResiliencyConfigError
 from nemo_resiliency_plugins.inprocess_restart import InProcessRestartPlugin
 from nemo_resiliency_plugins.job.rank_keeper import KEEPER_MODULE, MODULE_ENV, SCRIPT_ENV
-from tests.helpers import TRAIN, add_job, launch_command
+from tests.helpers import HANG_GUARD_S, TRAIN, add_job, launch_command
 
 WORKLOAD = "nemo_resiliency_plugins.testing.workload"
 
@@ -155,7 +155,7 @@ b = subprocess.Popen([sys.executable, "-m", "{KEEPER_MODULE}", {finishing!r}], e
 print(a.wait(), b.wait(), flush=True)
 """
     started = time.monotonic()
-    out = subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert out.stdout.strip().splitlines()[-1] == "0 0", out.stdout + out.stderr
     assert "RANK_DIED" in out.stdout and "the other ranks finished: exit 0" in out.stdout
     assert time.monotonic() - started >= 4, "the killed rank's keeper left before its sibling finished"
@@ -192,7 +192,7 @@ print(*codes, flush=True)
         [sys.executable, "-c", launcher, "--nproc-per-node=2", "-m", KEEPER_MODULE, "train.x=1"],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_GUARD_S,
     )
     assert out.stdout.strip().splitlines()[-1] == "0 0", out.stdout + out.stderr
     assert "the other ranks finished: exit 0" in out.stdout, out.stdout
