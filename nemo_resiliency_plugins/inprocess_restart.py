@@ -31,11 +31,17 @@ What this plugin guarantees before anything is launched (all as ``ResiliencyConf
   plugins listed *before* this one did; a PreemptionPlugin listed after it must check for
   ``inprocess_restart.enabled`` itself.
 
-Not guarded (upstream, no knob reaches it): Megatron Bridge binds its coordination TCPStore on ``MASTER_PORT + 1``.
-On a one-node job NeMo-Run's torchrun rendezvous is ``localhost:0``, so ``MASTER_PORT`` is a random free port and
-``+ 1`` is whatever the kernel has handed to another socket: the job then fails at start with
-``DistNetworkError ... EADDRINUSE`` (seen once in this project's CI, on a busy machine). A relaunch picks another
-port; multi-node jobs use the fixed rendezvous port and are not exposed.
+Not guarded (upstream, no knob reaches it): Megatron Bridge 0.6.2 binds two TCPStores on rank 0's host, its
+coordination store on ``MASTER_PORT + 1`` and NVRx's wrapper store on ``MASTER_PORT + 2``
+(``megatron/bridge/training/inprocess_restart.py``); ``InProcessRestartConfig`` has no port field. ``MASTER_PORT``
+is chosen by the launcher, not by NeMo-Run's rendezvous endpoint: torch 2.14's torchrun hands the ranks the port of
+a TCPStore it opens on port 0, NVRx's ft_launcher a port it found free and released, on one node and on many
+(measured: a fixed ``--rdzv-endpoint localhost:P`` gave a different random ``MASTER_PORT`` on every launch). Both
+neighbours are random ports of the kernel's ephemeral range, the range it also hands to every outgoing connection,
+so a busy host may hold one: the job then fails at start with ``DistNetworkError ... EADDRINUSE`` (seen once in
+this project's CI). No setting of NeMo-Run's launchers, of torch or of Megatron Bridge moves them, so the plugin
+says so when it sets a job up and ``nemo-resiliency doctor`` repeats it; a relaunch draws another port
+(docs/races.md).
 """
 
 from __future__ import annotations
@@ -86,6 +92,13 @@ def env_problems(task: Any, executor: Any) -> dict[str, Any]:
     return wrong
 
 
+# Megatron Bridge's store ports (see the module docstring): what the plugin cannot choose, said once per job set-up.
+STORE_PORTS_NOTE = (
+    "Megatron Bridge binds its in-process restart stores on MASTER_PORT+1 and MASTER_PORT+2 of rank 0's host, and "
+    "the launcher (torchrun, ft_launcher) picks MASTER_PORT at random in the ephemeral port range whatever the "
+    "rendezvous endpoint; no setting moves them. If another socket on that host holds one, the job fails at start "
+    "with EADDRINUSE: relaunch it (another port is drawn)"
+)
 # Set on the executor by setup(): a second in-process restart plugin on the same job sees it.
 MARKER_ENV = "NRP_INPROCESS_RESTART_PLUGIN"
 
@@ -248,6 +261,7 @@ class InProcessRestartPlugin(run.Plugin):
         if executor_config.default_launcher(executor, "torchrun"):
             logger.info("%s: executor.launcher='torchrun' (none was set)", name)
         executor_config.set_env(task, executor, MARKER_ENV, "1", plugin=name)
+        logger.info("%s: %s", name, STORE_PORTS_NOTE)
         if reserves:
             self._check_ft_timeouts_leave_room(task, name)
             # A killed rank must not make the launcher tear down the survivors (see the module docstring).

@@ -49,6 +49,11 @@ class DockerRunResult:
     job_dir: str
     log: str
     lines: list[str] = field(default_factory=list)
+    #: the experiment directory NeMo-Run saved (what ``nemo-resiliency doctor`` reads)
+    exp_dir: str = ""
+    #: NeMo-Run's wait ended without a terminal state (its race with the container's auto-removal) and the state
+    #: was asked for again (:func:`_settled_state`)
+    wait_race: bool = False
 
     def grep(self, needle: str) -> list[str]:
         return [line for line in self.lines if needle in line]
@@ -106,10 +111,59 @@ class LocalDocker:
         job = exp.jobs[0]
         wall = time.monotonic() - started
         job_dir = job.executor.job_dir
+        state = _state_name(job.state)
+        wait_race = state not in TERMINAL
+        if wait_race:
+            state = _settled_state(job.handle)
         logs = sorted(glob.glob(os.path.join(job_dir, "log_*.out")))
         text = "\n".join(Path(p).read_text(errors="replace") for p in logs)
-        state = getattr(job.state, "name", str(job.state))
-        return DockerRunResult(state=state, wall_s=wall, job_dir=job_dir, log=text, lines=text.splitlines())
+        return DockerRunResult(
+            state=state,
+            wall_s=wall,
+            job_dir=job_dir,
+            log=text,
+            lines=text.splitlines(),
+            exp_dir=str(Path(job_dir).parent),  # NeMo-Run puts each job's directory in the experiment's
+            wait_race=wait_race,
+        )
+
+
+TERMINAL = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
+#: How long NeMo-Run may take to see a finished container's status file: Docker removes an exited auto-remove
+#: container in well under a second on a quiet host (seconds on a loaded one); NeMo-Run's describe() reads the
+#: file as soon as the container is gone. 120 s is far beyond both and still bounds a wait that would never end.
+SETTLE_S = 120.0
+
+
+def _state_name(state: Any) -> str:
+    return getattr(state, "name", str(state))
+
+
+def _settled_state(handle: str) -> str:
+    """NeMo-Run's state of a job whose wait ended without one, asked again until it is terminal.
+
+    The race (tools/job_outcome.py, docs/races.md): NeMo-Run's wait found the container ``exited`` and asked
+    docker-py about it after Docker had auto-removed it: ``404 ... No such container``; NeMo-Run logs the
+    exception and leaves the job ``SUBMITTED``. Once the container is gone, NeMo-Run's ``describe()`` reads the
+    container's own ``status_<container>.out``; until then a status call can lose the same race (docker-py's
+    ``NotFound``), so it is asked again, once a second, for at most :data:`SETTLE_S`, through a fresh NeMo-Run
+    runner (the experiment's own was closed when its context ended).
+    """
+    from nemo_run.run.torchx_backend.runner import get_runner
+
+    deadline = time.monotonic() + SETTLE_S
+    state = "UNKNOWN"
+    with get_runner() as runner:
+        while time.monotonic() < deadline:
+            try:
+                status = runner.status(handle)
+            except Exception:  # noqa: BLE001 - docker-py's NotFound: the same race, lost again
+                status = None
+            state = _state_name(status.state) if status is not None else state
+            if state in TERMINAL:
+                return state
+            time.sleep(1.0)
+    return state
 
 
 @contextlib.contextmanager

@@ -137,9 +137,17 @@ class LocalSlurm:
     # -- state -------------------------------------------------------------------------------------
     def job_record(self, job_id: str) -> tuple[dict[str, str], str]:
         """Current record of a job and where it came from; ``({}, "")`` if nothing knows the job."""
-        p = _sh(["scontrol", "show", "job", "-o", job_id])
+        try:
+            p = _sh(["scontrol", "show", "job", "-o", job_id])
+        except subprocess.TimeoutExpired:
+            return {}, ""  # a controller too busy to answer in 30 s: ask again at the next poll
         if p.returncode == 0 and "JobState=" in p.stdout:
             return dict(_KV.findall(p.stdout.splitlines()[0])), "scontrol"
+        if "Invalid job id" not in p.stderr:
+            # The controller did not answer (busy: "Socket timed out on send/recv"), it did not say the record is
+            # gone. The completion log must not answer for it then: a requeued job's earlier attempt has a line
+            # there too, and that line would end the wait on a state the job has left.
+            return {}, ""
         # Record purged (MinJobAge) or controller restarted: fall back to the completion log.
         rec = self._jobcomp_record(job_id)
         if rec:

@@ -338,7 +338,10 @@ def set_infrastructure_rank(task: Any, executor: Any, *, plugin: str) -> None:
 
 def check_fault_tolerance(executor: Any, *, plugin: str) -> None:
     """Refuse, by name with the reason and the alternative, an executor set-up where ft_launcher cannot work."""
-    for_executor(executor, plugin=plugin).check_fault_tolerance(plugin)
+    rules = for_executor(executor, plugin=plugin)
+    rules.check_fault_tolerance(plugin)
+    if rules.state_note:
+        logger.info("%s: %s", plugin, rules.state_note)
 
 
 def platform_stop(executor: Any, *, plugin: str) -> tuple[float | None, str]:

@@ -154,13 +154,36 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+# Python's own options that take a value as the next argument (``python -X dev -m ...``).
+_OPTIONS_WITH_VALUE = frozenset({"-X", "-W", "--check-hash-based-pycs"})
+
+
 def _is_keeper(pid: int) -> bool:
+    """Whether ``pid`` is a Python interpreter whose program is the keeper (``python [options] -m <keeper>`` or
+    ``python [options] .../rank_keeper.py``).
+
+    The program is what Python runs, not any argument that names the keeper: the launcher's own command line names
+    it too (``ft_launcher ... -m nemo_resiliency_plugins.job.rank_keeper ...``), and NVRx's ft_launcher forks one
+    rank-monitor process per local rank, which keeps that command line. Counted as keepers, they would make a
+    waiting keeper believe other ranks are still there after they finished, and report its rank's death to the
+    launcher (a failed worker group after a successful run).
+    """
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as handle:
             argv = handle.read().decode(errors="replace").split("\0")
     except OSError:
         return False
-    return any(arg in KEEPER_NAMES or arg.endswith(KEEPER_FILE_SUFFIX) for arg in argv)
+    args = iter(argv[1:])
+    for arg in args:
+        if arg == "-m":
+            return next(args, "") in KEEPER_NAMES
+        if arg in _OPTIONS_WITH_VALUE:
+            next(args, None)
+        elif not arg.startswith("-") or arg == "-":
+            return arg.endswith(KEEPER_FILE_SUFFIX)  # the script Python runs (ft_launcher's, for its forks)
+        elif arg == "-c":
+            return False
+    return False
 
 
 def _has_living_child(pid: int) -> bool:

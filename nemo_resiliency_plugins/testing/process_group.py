@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import datetime
 import os
-import socket
 from typing import Any
 
 import torch
@@ -18,12 +17,6 @@ __all__ = ["IPR_PG_TIMEOUT_ENV", "init_process_group"]
 
 IPR_PG_TIMEOUT_ENV = "NRP_IPR_PG_TIMEOUT"
 _IPR_PG_TIMEOUT_DEFAULT_S = 10.0
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def init_process_group(cfg: Any, restart_store: Any = None) -> bool:
@@ -62,9 +55,9 @@ def init_process_group(cfg: Any, restart_store: Any = None) -> bool:
         else:
             dist.init_process_group(backend, timeout=timeout)
     else:
-        dist.init_process_group(
-            backend, init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1, timeout=timeout
-        )
+        # One rank, no launcher: an in-memory store, so no port is bound at all (a port found free and released,
+        # then bound again, can be taken in between by another process on a busy host).
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
     return True
 
 

@@ -24,6 +24,7 @@ from nemo_resiliency_plugins.core.hydra_overrides import OverrideSyntaxError, fi
 from nemo_resiliency_plugins.core.task_config import read_config_field
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
 from nemo_resiliency_plugins.fault_tolerance import MEGATRON_BRIDGE_SECTIONS
+from nemo_resiliency_plugins.inprocess_restart import STORE_PORTS_NOTE
 from nemo_resiliency_plugins.inprocess_restart import env_problems as inprocess_env_problems
 from nemo_resiliency_plugins.tools.timeout_chain import timeout_chain
 
@@ -224,7 +225,7 @@ def _check_inprocess_env(job: _Job) -> list[Check]:
         return []
     wrong = inprocess_env_problems(job.task, job.executor)
     detail = f"wrong or missing: {wrong}" if wrong else "as InProcessRestartPlugin requires"
-    return [_check("in-process env vars", not wrong, detail)]
+    return [_check("in-process env vars", not wrong, detail), Check("in-process store ports", "warn", STORE_PORTS_NOTE)]
 
 
 def _check_timeout_chain(job: _Job) -> list[Check]:
@@ -243,6 +244,40 @@ def _check_known_bugs(job: _Job) -> list[Check]:
 
 def _check_checkpoints(job: _Job) -> list[Check]:
     return _checkpoint_checks(job.task, job.executor)
+
+
+def _check_container(job: _Job) -> list[Check]:
+    """A launched Docker job: how its container really ended (NeMo-Run's own state can miss it)."""
+    return [_container_exit_check(job.executor)] if isinstance(job.executor, run.DockerExecutor) else []
+
+
+def _container_exit_check(executor: Any) -> Check:
+    """The exit status the container's command line wrote into the job directory (tools/job_outcome.py says
+    why NeMo-Run's state may still read SUBMITTED for a job that finished)."""
+    from nemo_resiliency_plugins.tools.job_outcome import container_exit_codes
+
+    name = "container exit status"
+    job_dir = getattr(executor, "job_dir", "") or ""
+    if not job_dir or not os.path.isdir(job_dir):
+        return Check(name, "n/a", "the job was not launched (no job directory)")
+    codes = container_exit_codes(job_dir)
+    if not codes:
+        return Check(
+            name,
+            "n/a",
+            f"no status_*.out in {job_dir}: not launched yet, still running, or killed before the container's "
+            "command line could write one",
+        )
+    failed = {c: v for c, v in codes.items() if v != 0}
+    where = f"(from {job_dir}/status_<container>.out, written by the container itself)"
+    if failed:
+        return Check(name, "FAIL", f"{failed} {where}")
+    return Check(
+        name,
+        "pass",
+        f"every container exited 0 {where}; if NeMo-Run still shows SUBMITTED or UNKNOWN, its wait lost the race "
+        "with the container's auto-removal (docs/races.md): the job did finish",
+    )
 
 
 def _checkpoint_checks(task: Any, executor: Any) -> list[Check]:
@@ -500,6 +535,7 @@ CHECKS = (
     _check_checkpoints,
     _check_timeout_chain,
     _check_known_bugs,
+    _check_container,
 )
 
 

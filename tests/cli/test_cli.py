@@ -20,6 +20,7 @@ import pytest
 from nemo_resiliency_plugins.recipes import RECIPES
 from nemo_resiliency_plugins.tools.cli import main
 from nemo_resiliency_plugins.tools.explain import EXTRA_EXECUTOR_KINDS
+from tests.helpers import HANG_GUARD_S
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
@@ -45,7 +46,7 @@ def test_the_command_runs_as_a_subprocess_too():
         [sys.executable, "-m", "nemo_resiliency_plugins.tools.cli", "list", "--json"],
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=HANG_GUARD_S,
     )
     assert out.returncode == 0, out.stderr
     assert {r["name"] for r in json.loads(out.stdout)} == set(RECIPES)

@@ -16,6 +16,7 @@ import pytest
 from nemo_resiliency_plugins import FaultTolerancePlugin
 from nemo_resiliency_plugins.tools import cli
 from nemo_resiliency_plugins.tools.cli import main
+from tests.helpers import HANG_GUARD_S
 
 
 def call(capsys, *args: str) -> tuple[int, str, str]:
@@ -126,7 +127,7 @@ def test_the_installed_entry_point_reports_a_typo_on_stderr():
         [sys.executable, "-m", "nemo_resiliency_plugins.tools.cli", "doctor", "local-smok"],
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=HANG_GUARD_S,
     )
     assert out.returncode == 2
     assert out.stderr.strip().startswith("nemo-resiliency doctor: error: unknown recipe 'local-smok'"), out.stderr

@@ -107,6 +107,14 @@ def test_docker_never_gets_retries_and_notes_the_default(notes):
     assert any("num_job_retries_on_failure=2 not applied" in line for line in notes), notes
 
 
+def test_docker_job_state_race_is_stated_where_the_user_reads_it(notes):
+    """NeMo-Run's wait can lose its race with the container's auto-removal (docs/races.md): the set-up says where
+    the real outcome is (the Docker smoke test proves doctor reads it from a real container)."""
+    render(docker(), [FaultTolerancePlugin()])
+    (line,) = [line for line in notes if "No such container" in line]
+    assert "status_<container>.out" in line and "nemo-resiliency doctor" in line, line
+
+
 def test_docker_explicit_retries_are_refused():
     with pytest.raises(ResiliencyConfigError, match=r"num_job_retries_on_failure = 5.*cannot create its container"):
         render(docker(), [FaultTolerancePlugin(num_job_retries_on_failure=5)])

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from nemo_resiliency_plugins.recipes import get_recipe
+from nemo_resiliency_plugins.tools.doctor import check_job, jobs_from_experiment_dir
 from tests.helpers import assert_same_params, final_params, workload_script
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -59,6 +60,12 @@ def test_fault_free_job_runs_in_a_container_under_ft_launcher(fault_free, record
     # What only a DockerExecutor job leaves: the container's exit status, written by its own command line.
     (status,) = Path(result.job_dir).glob("status_*.out")
     assert json.loads(status.read_text())["exit_code"] == "0"
+    # ... and what `nemo-resiliency doctor` makes of it on the saved experiment: the job's real outcome, also when
+    # NeMo-Run's wait lost its race with the container's auto-removal (result.wait_race; docs/races.md).
+    ((task, executor, plugins),) = jobs_from_experiment_dir(result.exp_dir)
+    (exit_check,) = [c for c in check_job(task, executor, plugins) if c.name == "container exit status"]
+    assert exit_check.verdict == "pass" and "every container exited 0" in exit_check.detail, exit_check
+    record_property("docker_wait_race", result.wait_race)
     # The rank monitor's config travels in NeMo-Run's executor YAML, mounted at /nemo_run/configs.
     (config,) = Path(result.job_dir, "configs").glob("*_executor.yaml")
     sections = yaml.safe_load(config.read_text())["launcher"]["fault_tolerance"]["rank_section_timeouts"]
@@ -82,7 +89,9 @@ def test_hang_is_caught_by_the_step_section_timeout(kill_then_hang, fault_free):
     lines = result.grep("Section 'step' has been open for")
     assert lines, "NVRx did not name the step section for the hang:\n" + result.log[-4000:]
     waited = float(re.search(r"has been open for ([0-9.]+) seconds", lines[0]).group(1))
-    assert STEP_TIMEOUT <= waited < STEP_TIMEOUT + 3, f"detected by the 10 s step timeout (+ 1 s checks): {waited}"
+    # NVRx's own figure (its clock): never below the timeout; late by at most one check interval (1 s) plus the rank
+    # monitor's wake-up on a loaded host (2 s).
+    assert STEP_TIMEOUT <= waited < STEP_TIMEOUT + 1 + 2, f"detected by the 10 s step timeout (+ 1 s checks): {waited}"
     assert len(result.grep("RESUMED from step 15")) == 2, "both ranks resume from the last checkpoint before the hang"
     assert len(result.grep("will restart worker group")) == 2, "one restart per fault"
     assert_same_params(final_params(save), final_params(fault_free[1]))

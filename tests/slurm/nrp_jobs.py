@@ -154,22 +154,36 @@ def submit(
     return SubmittedJob(job_id=job_id, exp_dir=exp_dir, submitted_at=time.time())
 
 
-def nemo_run_state(job: SubmittedJob) -> tuple[str, str]:
-    """NeMo-Run's state of ``job`` (a torchx ``AppState`` name: ``SUCCEEDED``, ``FAILED``, ...), asked the way a
-    user would, in a fresh interpreter with the job's NEMORUN_HOME, and the output to show when it is wrong."""
-    p = subprocess.run(
-        [sys.executable, "-c", STATUS, job.exp_dir.name],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env={**os.environ, "NEMORUN_HOME": str(job.nemorun_home)},
-        cwd=job.exp_dir.parent,
-    )
-    out = p.stdout + p.stderr
-    assert p.returncode == 0, out
-    state = re.search(r"^STATE=(\w+)$", p.stdout, re.MULTILINE)
-    assert state, out
-    return state.group(1), out
+#: NeMo-Run's terminal job states (torchx ``AppState`` names).
+NEMO_RUN_TERMINAL = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
+#: How long NeMo-Run's view may lag the controller's. slurmctld sends a job's end to slurmdbd asynchronously (an
+#: agent queue, retried while slurmdbd is busy), so ``sacct`` -- which NeMo-Run reads -- can still say RUNNING for
+#: a while after ``scontrol`` says COMPLETED: a second or two here when quiet, more under load. 90 s bounds it.
+SACCT_SETTLE_S = 90.0
+
+
+def nemo_run_state(job: SubmittedJob, settle_s: float = SACCT_SETTLE_S) -> tuple[str, str]:
+    """NeMo-Run's state of a job the controller already reports ended (a torchx ``AppState`` name: ``SUCCEEDED``,
+    ``FAILED``, ...), asked the way a user would, in a fresh interpreter with the job's NEMORUN_HOME, and the output
+    to show when it is wrong. Asked again (every 3 s, for at most ``settle_s``) while the answer is not terminal:
+    the accounting NeMo-Run reads lags the controller (:data:`SACCT_SETTLE_S`)."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        p = subprocess.run(
+            [sys.executable, "-c", STATUS, job.exp_dir.name],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            env={**os.environ, "NEMORUN_HOME": str(job.nemorun_home)},
+            cwd=job.exp_dir.parent,
+        )
+        out = p.stdout + p.stderr
+        assert p.returncode == 0, out
+        state = re.search(r"^STATE=(\w+)$", p.stdout, re.MULTILINE)
+        assert state, out
+        if state.group(1) in NEMO_RUN_TERMINAL or time.monotonic() > deadline:
+            return state.group(1), out
+        time.sleep(3.0)
 
 
 def finished_hash(text: str) -> tuple[int, str]:

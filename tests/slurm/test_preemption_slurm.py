@@ -108,8 +108,15 @@ def test_slurm_signal_before_time_limit_saves_exits_0_and_requeued_job_resumes(l
     )
 
 
-def _record(local_slurm, job) -> dict:
-    rec, _ = local_slurm.job_record(job.job_id)
+def _record(local_slurm, job, patience_s: float = 60) -> dict:
+    """The job's record; a controller too busy to answer (job_record gives ``{}``) is asked again, every 0.5 s for
+    at most ``patience_s``, before the job is declared unknown."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        rec, _ = local_slurm.job_record(job.job_id)
+        if rec or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     assert rec, f"job {job.job_id} unknown to Slurm"
     return rec
 
@@ -142,7 +149,8 @@ def _restore_limit_after_requeue(local_slurm, job, timeout: float = 300) -> None
         rec = _record(local_slurm, job)
         if rec.get("Restarts", "0") != "0" and rec.get("JobState") == "PENDING":
             break
-        assert rec.get("JobState") in ("PENDING", "RUNNING", "COMPLETING"), (rec, job.logs()[-6000:])
+        # REQUEUED: how scontrol shows the job between the end of its run and its return to PENDING.
+        assert rec.get("JobState") in ("PENDING", "RUNNING", "COMPLETING", "REQUEUED"), (rec, job.logs()[-6000:])
         assert time.monotonic() < deadline, (rec, job.logs()[-6000:])
         time.sleep(0.5)
     _scontrol_update(job, "TimeLimit=10")

@@ -7,6 +7,7 @@ Every faulty run must end with parameters bit-identical to the fault-free run's.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -92,7 +93,9 @@ def test_hang_in_a_step_is_caught_by_the_step_section_timeout(baseline, kill_the
     assert result.grep(f"FAULT_INJECTED kind=hang step={HANG_STEP}")
     waited = section_wait(result)
     record_property("hang_detection_s_explicit_timeout", waited)
-    assert 5 <= waited < 5 + 3, "detected by the declared 5 s step timeout (+ the 1 s check interval)"
+    # NVRx's own figure (its clock, section open -> the check that saw it): never below the timeout; late by at most
+    # one check interval (workload_check_interval=1 s) plus the rank monitor's wake-up on a loaded host (2 s).
+    assert 5 <= waited < 5 + 1 + 2, "detected by the declared 5 s step timeout (+ the 1 s check interval)"
     assert len(result.grep("RESUMED from step 15")) == 2, "both ranks resume from the last checkpoint before the hang"
     assert len(result.grep("will restart worker group")) == 2, "one restart per fault"
     assert_same_params(final_params(save), final_params(baseline[1]))
@@ -100,12 +103,16 @@ def test_hang_in_a_step_is_caught_by_the_step_section_timeout(baseline, kill_the
 
 def test_second_run_uses_computed_timeouts_and_detects_a_hang_faster(baseline, tmp_path, record_property):
     shutil.copy(baseline[1] / "ft_state.json", tmp_path / "ft_state.json")
+    computed = json.loads((tmp_path / "ft_state.json").read_text())["current_timeouts"]["section"]["section"]["step"]
     result = run_local(script_task(tmp_path, "hang"), [plugin()], name="ft-hang-2nd")
     assert result.state == "SUCCEEDED", result.log[-4000:]
     assert result.grep("FT: loaded timeouts from"), "Megatron Bridge did not load ft_state.json"
     waited = section_wait(result)
     record_property("hang_detection_s_computed_timeout", waited)
-    assert waited < 5, f"computed step timeout should beat the declared 5 s; waited {waited}"
+    # NVRx's own figure against the timeout it computed from the baseline's steps (what this run loaded): the same
+    # bounds as for the declared timeout (one 1 s check interval + 2 s of wake-up on a loaded host).
+    assert computed <= waited < computed + 1 + 2, (waited, computed)
+    assert computed < 5, f"the computed step timeout ({computed:.2f} s) should beat the declared 5 s"
     assert_same_params(final_params(tmp_path), final_params(baseline[1]))
 
 

@@ -55,7 +55,9 @@ def ft_plugin() -> FaultTolerancePlugin:
         num_in_job_restarts=2,
         calc_ft_timeouts=False,
         section_timeouts={"setup": 120, "step": 90, "checkpointing": 90},
-        out_of_section_timeout=60,
+        # Above barrier_timeout (60 s) too, as the plugin's rule asks: equal to it, a recovery that uses the whole
+        # barrier wait on a loaded host would meet the rank monitor's out-of-section kill at the same moment.
+        out_of_section_timeout=90,
         workload_check_interval=1,
     )
 

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import HANG_GUARD_S
+
 REPO = Path(__file__).resolve().parents[2]
 VENV = Path(sys.prefix)
 FT_OVERRIDE = (
@@ -108,7 +110,7 @@ def test_te_compat_is_noop_when_transformer_engine_importable(tmp_path):
         """
     )
     env = _env(PYTHONPATH=os.pathsep.join([str(tmp_path / "site"), str(REPO)]))
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr
 
 
@@ -136,7 +138,9 @@ def test_te_compat_makes_config_importable_without_faking_te():
         print("OK")
         """
     )
-    proc = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=180)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=HANG_GUARD_S
+    )
     assert "needs a host without TE" not in proc.stderr, "this proves the shim where Transformer Engine is absent"
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-4000:]
 

@@ -17,7 +17,7 @@ from nemo_run.core.execution.launcher import FaultTolerance
 from nemo_resiliency_plugins import FaultTolerancePlugin, ResiliencyConfigError
 from nemo_resiliency_plugins.inprocess_restart import InProcessRestartPlugin
 from nemo_resiliency_plugins.job.rank_keeper import KEEPER_MODULE, MODULE_ENV, SCRIPT_ENV
-from tests.helpers import TRAIN, add_job, launch_command
+from tests.helpers import HANG_GUARD_S, TRAIN, add_job, launch_command
 
 WORKLOAD = "nemo_resiliency_plugins.testing.workload"
 
@@ -155,7 +155,44 @@ b = subprocess.Popen([sys.executable, "-m", "{KEEPER_MODULE}", {finishing!r}], e
 print(a.wait(), b.wait(), flush=True)
 """
     started = time.monotonic()
-    out = subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert out.stdout.strip().splitlines()[-1] == "0 0", out.stdout + out.stderr
     assert "RANK_DIED" in out.stdout and "the other ranks finished: exit 0" in out.stdout
     assert time.monotonic() - started >= 4, "the killed rank's keeper left before its sibling finished"
+
+
+def test_forks_of_the_launcher_are_not_taken_for_keepers(tmp_path):
+    """As under NVRx's ft_launcher: the launcher's command line names the keeper module (``-m <keeper>`` is its
+    training program) and it forks one long-lived rank-monitor process per local rank, which keeps that command
+    line. Rank A is killed, rank B finishes: A's keeper must still see that the other ranks finished and leave
+    with 0, not wait for the monitors and then pass its rank's death on (a failed worker group after success)."""
+    killed = "import os, signal, time; time.sleep(1); os.kill(os.getpid(), signal.SIGKILL)"
+    finishing = "import time; time.sleep(4)"
+    launcher = f"""
+import os, subprocess, sys, time
+monitors = []
+for _ in range(2):  # ft_launcher's rank monitors: forks of the launcher, alive until the launcher ends
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(30)
+        os._exit(0)
+    monitors.append(pid)
+env = dict(os.environ, LOCAL_WORLD_SIZE="2", {SCRIPT_ENV}="-c")
+env.pop("{MODULE_ENV}", None)
+a = subprocess.Popen([sys.executable, "-u", "-m", "{KEEPER_MODULE}", {killed!r}], env=env)
+b = subprocess.Popen([sys.executable, "-u", "-m", "{KEEPER_MODULE}", {finishing!r}], env=env)
+codes = a.wait(), b.wait()
+for pid in monitors:
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+print(*codes, flush=True)
+"""
+    # The launcher's own command line names the keeper as its program's module, as ft_launcher's does.
+    out = subprocess.run(
+        [sys.executable, "-c", launcher, "--nproc-per-node=2", "-m", KEEPER_MODULE, "train.x=1"],
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD_S,
+    )
+    assert out.stdout.strip().splitlines()[-1] == "0 0", out.stdout + out.stderr
+    assert "the other ranks finished: exit 0" in out.stdout, out.stdout

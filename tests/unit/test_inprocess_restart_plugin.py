@@ -342,3 +342,19 @@ def test_the_real_preemption_plugin_listed_first_is_refused():
 
     with pytest.raises(ResiliencyConfigError, match="preemption"):
         add_job(script(), local(), [PreemptionPlugin(), InProcessRestartPlugin()])
+
+
+def test_megatron_bridges_store_ports_are_stated_at_set_up_and_by_doctor():
+    """MASTER_PORT+1/+2 cannot be chosen (no setting of NeMo-Run, torch or Megatron Bridge moves them; docs/races.md):
+    the set-up log (what `explain` shows) and doctor say so, with what to do."""
+    import logging
+
+    from nemo_resiliency_plugins.tools.doctor import check_job
+    from tests.helpers import logged
+
+    plugins = [InProcessRestartPlugin()]
+    with logged("nemo_resiliency_plugins.inprocess_restart", logging.INFO) as log:
+        job = add_job(script(), local(), plugins)
+    assert any("MASTER_PORT+1 and MASTER_PORT+2" in line for line in log.messages), log.messages
+    (ports,) = [c for c in check_job(job.task, job.executor, plugins) if c.name == "in-process store ports"]
+    assert ports.verdict == "warn" and "EADDRINUSE" in ports.detail and "relaunch" in ports.detail

@@ -23,7 +23,7 @@ from nemo_resiliency_plugins import (
 from nemo_resiliency_plugins.core import executor_config as ec
 from nemo_resiliency_plugins.core.hydra_overrides import format_value, parse_value, same_value
 from nemo_resiliency_plugins.recipes import RECIPES, get_recipe
-from tests.helpers import TRAIN, add_job, launch_command, local, slurm
+from tests.helpers import HANG_GUARD_S, TRAIN, add_job, launch_command, local, slurm
 
 
 def script(*args: str) -> run.Script:
@@ -120,7 +120,7 @@ def test_5_the_blocks_chain_a_users_traps_and_functions(tmp_path):
         env={"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_ID": "1"},
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_GUARD_S,
     )
     made = sorted(p.name for p in work.iterdir())
     assert made == ["user_exit", "user_scontrol", "user_srun", "user_term"], (made, done.stderr[-2000:])

@@ -63,6 +63,7 @@ class ExecutorRules:
         sets_group_rank: the executor's own launch script sets ``GROUP_RANK`` per node.
         infra_rank_env: the variable NVRx takes the node's infrastructure rank from, when not GROUP_RANK.
         preemption_note: what happens to a job the platform stops (signals, grace period).
+        state_note: where NeMo-Run's own job state for this executor can be wrong, and where the truth is.
         default_grace_s: SIGTERM -> SIGKILL grace the platform gives a stopped job by default, if known.
         ships_files: :meth:`deliver_file` has a route for a file of this package to the job.
         retries_break_job: NeMo-Run's resubmission of a failed job breaks it here, so retries are refused.
@@ -81,6 +82,7 @@ class ExecutorRules:
     sets_group_rank: ClassVar[bool] = False
     infra_rank_env: ClassVar[str | None] = None
     preemption_note: ClassVar[str] = ""
+    state_note: ClassVar[str] = ""
     default_grace_s: ClassVar[float | None] = None
     pid1_launch_script: ClassVar[bool] = False
     ships_files: ClassVar[bool] = False

@@ -23,6 +23,9 @@ class DockerRules(ExecutorRules):
     * Retries: refused. ``retries > 0`` sets a restart policy next to ``remove=True``, and Docker refuses to
       create the container ("can't create 'AutoRemove' container with restart policy", measured on Docker
       20.10): the job never starts. In-job restarts (``--max-restarts``) work.
+    * Job state: NeMo-Run's wait can report a finished job as never finished (:attr:`state_note`,
+      ``tools/job_outcome.py``). The container cannot be kept for it: NeMo-Run passes ``remove=True`` itself,
+      and docker-py turns it into ``auto_remove`` over anything ``additional_kwargs`` says.
     * Job groups: the group's other containers get copies of the executor made before plugins run
       (``DockerExecutor.merge``) and its YAML is named ``<group>-<i>``: refused for fault tolerance.
     """
@@ -41,6 +44,11 @@ class DockerRules(ExecutorRules):
         "container SIGTERM and 10 s before SIGKILL (docker-py's stop_timeout in additional_kwargs changes it)"
     )
     default_grace_s: ClassVar[float | None] = 10.0
+    state_note: ClassVar[str] = (
+        "NeMo-Run's DockerExecutor removes the container as it exits, and its wait can lose that race (docker-py: "
+        "'404 ... No such container'; the job then stays SUBMITTED): the container's own exit code is in "
+        "<job_dir>/status_<container>.out, and `nemo-resiliency doctor <experiment dir>` reads it"
+    )
 
     def grace_period_s(self) -> float | None:
         value = (self.executor.additional_kwargs or {}).get("stop_timeout")

@@ -1,7 +1,10 @@
 """Watching a rehearsal's job: the log lines that mark an event, and the thread that tails the logs.
 
 The patterns are the lines NVRx's launcher and the reference workload print; times are when the watch first saw
-a line (a :data:`~nemo_resiliency_plugins.tools.rehearse.adapt.POLL_S` poll), so they are accurate to about that.
+a line (a :data:`~nemo_resiliency_plugins.tools.rehearse.adapt.POLL_S` poll) in ``combined.log``, which torchx's
+``Tee`` fills from the ranks' pipes every 0.1 s. Each time is therefore late by up to ``POLL_S`` + 0.1 s (more when
+a loaded machine runs a poll late), and a duration between two events (``detect_s``) can read short or long by
+that much: a 5 s step timeout has been reported as ``detect_s=4.84`` while NVRx itself said "open 5.04 s".
 """
 
 from __future__ import annotations
