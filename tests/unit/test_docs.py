@@ -94,7 +94,8 @@ def test_every_python_example_runs(page: Path, tmp_path, monkeypatch, capsys):
             exec(compile(tree, where, "exec"), namespace)
         except BaseException as err:
             out = capsys.readouterr()
-            raise AssertionError(f"the example at {where} failed: {type(err).__name__}: {err}\n{out.err[-2000:]}") from err
+            why = f"{type(err).__name__}: {err}\n{out.err[-2000:]}"
+            raise AssertionError(f"the example at {where} failed: {why}") from err
     devnull.close()
 
 
