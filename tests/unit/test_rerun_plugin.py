@@ -77,10 +77,11 @@ def test_experimental_status_is_in_the_docstrings_and_logged_once(monkeypatch):
     assert len(notices) == 1
 
 
-def test_exit_codes_are_documented_in_plugin_and_readme():
+def test_exit_codes_are_documented_in_plugin_and_docs():
     assert rerun_module.EXIT_CODE_RESUME_TO_DISAMBIGUATE == 16
     assert rerun_module.EXIT_CODE_FAILED_ON_RESULT_VALIDATION == 17
-    for text in (rerun_module.__doc__, RerunStateMachinePlugin.__doc__, (REPO / "README.md").read_text()):
+    page = (REPO / "docs" / "plugins" / "rerun.md").read_text()
+    for text in (rerun_module.__doc__, RerunStateMachinePlugin.__doc__, page):
         assert "16" in text and "17" in text
     # What ft_launcher does with them, when combined with FaultTolerancePlugin.
     assert "ft_launcher" in rerun_module.__doc__ and "restarts the worker group in place" in rerun_module.__doc__
