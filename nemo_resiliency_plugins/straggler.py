@@ -175,7 +175,7 @@ class StragglerDetectionPlugin(run.Plugin):
             script_args=self.script_args(),
             script_args_converter_fn=self.script_args_converter_fn,
         )
-        guard_known_bugs(task, plugin=name)  # Megatron-Bridge#5761 (known_bugs.py)
+        guard_known_bugs(task, plugin=name)  # Megatron-Bridge#5761, #5922 (known_bugs.py)
 
     def _refuse_legacy_detector(self, task: Any, name: str) -> None:
         legacy = task_config.read_config_field(task, "straggler", "log_straggler", plugin=type(self).__name__)
