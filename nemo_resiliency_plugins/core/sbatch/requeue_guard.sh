@@ -165,10 +165,12 @@ scontrol() {
   if [ "${1:-}" = requeue ] && [ -n "${NRP_NO_RESTART_EXIT_CODE:-}" ] && [ "${exitcode:-0}" != 0 ]; then
     nrp_reason=$(nrp_no_restart_reason)
     if [ "$exitcode" = "$NRP_NO_RESTART_EXIT_CODE" ] || [ -n "$nrp_reason" ]; then
+      nrp_node="ft_launcher's no-restart code"
+      [ "$exitcode" = "$NRP_NO_RESTART_EXIT_CODE" ] ||
+        nrp_node="srun's code after one launcher exited $NRP_NO_RESTART_EXIT_CODE and the others were stopped"
       echo "nemo-resiliency-plugins: NVRx decided the job must not be restarted (${nrp_reason:-reason not in the" \
-        "log}; step exit code $exitcode: ft_launcher's no-restart code $NRP_NO_RESTART_EXIT_CODE on one node, the" \
-        "others stopped by srun): not requeued, no node excluded, the job ends FAILED with no-restart code" \
-        "$NRP_NO_RESTART_EXIT_CODE"
+        "log}; step exit code $exitcode: $nrp_node): not requeued, no node excluded, the job ends FAILED with" \
+        "no-restart code $NRP_NO_RESTART_EXIT_CODE"
       exitcode=$NRP_NO_RESTART_EXIT_CODE
       return 0
     fi

@@ -10,7 +10,7 @@
 # report tell them apart and name the slow rank.
 NRP_STEP_LOGS=$(mktemp "${TMPDIR:-/tmp}/nrp-step-logs.XXXXXX")
 nrp_step_logs_mark() {  # the launchers' srun arguments: their --output/--error files and sizes before the step
-  local nrp_arg nrp_prev= nrp_file
+  local nrp_arg nrp_prev='' nrp_file
   : > "$NRP_STEP_LOGS"
   for nrp_arg in "$@"; do
     nrp_file=
