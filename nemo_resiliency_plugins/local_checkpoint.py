@@ -28,10 +28,13 @@ naming the settings involved):
   Bridge reads persistent checkpoints only from ``load``; local ones are found without it) is wired to
   ``checkpoint.save`` where unset and a different one refused (``autoresume.py``, shared with the other
   restarting plugins).
-* The exit paths (preemption signal, ``exit_interval``, straggler stop) call ``save_checkpoint`` with
-  ``non_persistent_ckpt=False``: in Megatron Bridge 0.6.2 they always write a *persistent* checkpoint to
-  ``checkpoint.save``, never a local-only one, provided the exit handler is on. A task whose signal path saves
-  nothing (``PreemptionPlugin(enable_exit_handler=False)``) is refused with this plugin.
+* Only the preemption-signal exit always writes a *persistent* checkpoint to ``checkpoint.save`` (provided the
+  exit handler is on); a task whose signal path saves nothing (``PreemptionPlugin(enable_exit_handler=False)``)
+  is refused with this plugin. The planned exits (``exit_duration_in_mins``, ``exit_interval``, the straggler
+  stop) save only when no checkpoint was saved at that step, and Megatron Bridge 0.6.2 counts a local save as
+  one (Megatron-Bridge#5922): an exit at a local-save step leaves the newest state on the nodes alone, and a
+  requeue onto other nodes resumes from the previous persistent checkpoint. The plugin warns when the task
+  combines them and the installed code has the bug (``core/known_bugs.py``).
 * Replication protects against a lost node only if the replicas are on other nodes: ``replication_jump`` must be
   a multiple of the ranks per node, ``replication_factor`` at most the number of nodes, and the world size a
   multiple of ``replication_jump * replication_factor`` (NVRx asserts the last). Megatron Bridge passes
@@ -63,6 +66,7 @@ from typing import Any
 import nemo_run as run
 
 from nemo_resiliency_plugins.core import autoresume, executor_config, front_program, task_config
+from nemo_resiliency_plugins.core.known_bugs import guard_known_bugs
 from nemo_resiliency_plugins.core.validation import Checker
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
 
@@ -215,6 +219,7 @@ class LocalCheckpointPlugin(run.Plugin):
             check_exit_saves_persistent(task, executor, plugin=name)
         if self.fallback_on_unreadable is not False:
             self._install_guard(task, executor, name)
+        guard_known_bugs(task, plugin=name)  # Megatron-Bridge#5922 (known_bugs.py)
 
     def _install_guard(self, task: Any, executor: Any, name: str) -> None:
         """Each rank runs the local-checkpoint guard first (shipped with the job), then the task's program."""

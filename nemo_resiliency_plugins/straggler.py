@@ -17,8 +17,14 @@ inside the step), and after every iteration:
   performance:``) on the logger ``logger_name``;
 * with ``stop_if_detected=True``, when a straggler is found, saves a checkpoint (if ``checkpoint.save`` is
   set and none was saved at this step), logs ``Exiting program due to straggler detection.`` and ends the
-  job with exit code 0. A straggler is a slow GPU, not a crash: the job ends cleanly, and FaultTolerancePlugin's
-  launcher does not restart it. Resubmit (excluding the reported node) to continue from that checkpoint.
+  job with exit code 0. A straggler is a slow GPU, not a crash: FaultTolerancePlugin's launcher does not restart
+  it. On Slurm with FaultTolerancePlugin (NeMo-Run's ft_launcher template and the plugins' requeue guard), the
+  guard tells the stop from a finished run by that log line and requeues the job with the node of the reported
+  rank excluded (``core/sbatch/step_verdict.sh``); if no such node can be excluded (too few nodes left, or the
+  report cannot be mapped to one), the job ends FAILED instead of coming back to the same node. Elsewhere (or on
+  Slurm without FaultTolerancePlugin) the job ends COMPLETED: resubmit it without the reported node to continue
+  from that checkpoint. With LocalCheckpointPlugin, Megatron Bridge 0.6.2 may skip the persistent save at a
+  local-save step (Megatron-Bridge#5922; the plugin warns).
 
 Only one detector at a time. Megatron Core's older detector (``ConfigContainer.straggler``,
 ``StragglerDetectionConfig.log_straggler``) measures the same thing differently; Megatron Bridge's
@@ -40,7 +46,7 @@ from typing import Any
 
 import nemo_run as run
 
-from nemo_resiliency_plugins.core import autoresume, front_program, task_config
+from nemo_resiliency_plugins.core import autoresume, executor_config, front_program, task_config
 from nemo_resiliency_plugins.core.known_bugs import guard_known_bugs
 from nemo_resiliency_plugins.core.validation import Checker
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
@@ -175,7 +181,14 @@ class StragglerDetectionPlugin(run.Plugin):
             script_args=self.script_args(),
             script_args_converter_fn=self.script_args_converter_fn,
         )
-        guard_known_bugs(task, plugin=name)  # Megatron-Bridge#5761 (known_bugs.py)
+        if self.enabled and self.stop_if_detected and executor_config.is_slurm(executor):
+            logger.info(
+                "%s: stop_if_detected on Slurm: the job is requeued without the straggler's node only under "
+                "FaultTolerancePlugin (its requeue guard reads the stop from the log); without it the job ends "
+                "COMPLETED at the stop",
+                name,
+            )
+        guard_known_bugs(task, plugin=name)  # Megatron-Bridge#5761, #5922 (known_bugs.py)
 
     def _refuse_legacy_detector(self, task: Any, name: str) -> None:
         legacy = task_config.read_config_field(task, "straggler", "log_straggler", plugin=type(self).__name__)

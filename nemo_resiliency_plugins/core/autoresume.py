@@ -17,7 +17,9 @@ So, wherever the task shows its checkpoint settings (``task.args`` overrides of 
   sets ``load`` to its own default directory, the override makes the restart read what this run saves;
 * ``checkpoint.load`` set to another directory: refused, naming both (a fine-tune's starting weights belong in
   ``checkpoint.pretrained_checkpoint``, which Megatron Bridge reads only when ``load`` has no checkpoint);
-* ``checkpoint.save_interval`` null or below 1: refused (no periodic checkpoint to resume from).
+* ``checkpoint.save_interval`` null or below 1: refused (no periodic checkpoint to resume from);
+* ``checkpoint.finetune=true`` (the step is reset to 0 after every load) and ``checkpoint.ckpt_step=N`` (every
+  load takes iteration N, not the newest): refused, since every restart would train the same steps again.
 
 Where the task does not show ``checkpoint.save`` (a recipe built inside the script), nothing can be checked: a
 warning says so, and ``explain`` / ``doctor`` show it.
@@ -121,6 +123,7 @@ def ensure_autoresume(
             "a whole number of iterations >= 1",
             detail=f"without a periodic save only the final checkpoint exists, so {FROM_SCRATCH} ({why})",
         )
+    _refuse_training_redo(task, plugin=plugin, why=why)
     load_seen, load = task_config.config_field_seen(task, "checkpoint", "load", plugin=plugin)
     if load_seen and isinstance(load, str) and load:
         if not _same_dir(load, save):
@@ -152,6 +155,44 @@ def ensure_autoresume(
         )
     task_config.set_config_fields(task, "checkpoint", {"load": save}, plugin=plugin, fill_none=True)
     return CheckpointDirs(save=save, load_was_set=True)
+
+
+def _refuse_training_redo(task: Any, *, plugin: str, why: str) -> None:
+    """Settings with which every restart loads a checkpoint but trains the same steps again.
+
+    ``checkpoint.finetune=True``: after every load Megatron Bridge 0.6.2 sets the step back to 0
+    (``checkpointing.py``, ``if cfg.checkpoint.finetune or release: state.train_state.step = 0``) and skips the
+    optimizer and RNG state, so each restart trains the whole schedule again on the saved weights. A fine-tune's
+    starting weights belong in ``checkpoint.pretrained_checkpoint``: Megatron Bridge turns ``finetune`` on by
+    itself for that first load only, when ``checkpoint.load`` holds no checkpoint yet.
+    ``checkpoint.ckpt_step=N``: every load takes iteration N (``_resolve_checkpoint_iteration``), never the newest
+    one, so every restart goes back to step N.
+    """
+    seen, finetune = task_config.config_field_seen(task, "checkpoint", "finetune", plugin=plugin)
+    if seen and (finetune is True or (isinstance(finetune, str) and finetune.strip().lower() == "true")):
+        raise ResiliencyConfigError(
+            plugin,
+            "checkpoint.finetune",
+            finetune,
+            "False (the default) for a job that restarts; a fine-tune's starting weights go in "
+            "checkpoint.pretrained_checkpoint, and Megatron Bridge sets finetune itself for that first load only",
+            detail=(
+                f"with finetune=True Megatron Bridge resets the step to 0 after every checkpoint load (and skips the "
+                f"optimizer state), so every restart ({why}) trains the whole schedule again from iteration 0"
+            ),
+        )
+    seen, step = task_config.config_field_seen(task, "checkpoint", "ckpt_step", plugin=plugin)
+    if seen and step is not None:
+        raise ResiliencyConfigError(
+            plugin,
+            "checkpoint.ckpt_step",
+            step,
+            "None (the default: Megatron Bridge loads the newest checkpoint) for a job that restarts",
+            detail=(
+                f"every checkpoint load takes iteration {step}, not the newest checkpoint, so every restart ({why}) "
+                f"goes back to step {step} and trains the steps since then again"
+            ),
+        )
 
 
 __all__ = ["FROM_SCRATCH", "CheckpointDirs", "ensure_autoresume"]

@@ -1,6 +1,6 @@
 """Known Megatron Bridge 0.6.x bugs on the plugins' paths, detected from the installed code, not its version.
 
-Three bugs reported by users and fixed upstream after Megatron Bridge 0.6 sit exactly where the plugins act.
+Four bugs reported by users and fixed upstream after Megatron Bridge 0.6 sit exactly where the plugins act.
 Each is one small dataclass below: the upstream number, what breaks, which plugin set-up meets it, the
 workaround, and what the plugin does about it (``warn`` or ``refuse``; the reason for each choice is in the
 class docstring).
@@ -278,10 +278,88 @@ class CallWrapperNotForwarded(KnownBug):
         return _true(_field(task, "inprocess_restart", "enabled"))
 
 
+@dataclass(frozen=True, kw_only=True)
+class LocalSaveSkipsExitSave(KnownBug):
+    """#5922: a planned exit at a step with a non-persistent (local) save writes no persistent checkpoint.
+
+    The path (0.6.2, ``training/train.py``, ``checkpoint_and_decide_exit``): the non-persistent save branch sets
+    the same ``saved_checkpoint`` flag as the persistent one, and the three planned exits that follow
+    (``exit_duration_in_mins``, ``exit_interval``, the NVRx straggler stop) save only ``if not saved_checkpoint``.
+    When one of them fires at a step where only a local save happened, the job exits 0 with its newest state on
+    the nodes' local disks alone. A requeue onto other nodes (the straggler stop's requeue excludes the slow node
+    by design) cannot read those and resumes from the previous persistent checkpoint: up to ``save_interval``
+    steps trained again. The signal exit saves unconditionally and is not affected. The fix keeps a separate flag
+    for the persistent save; the check reads whether a name the non-persistent branch sets to True is one an exit
+    branch tests with ``not``.
+
+    **Warn, not refuse.** The loss is bounded (at most one persistent interval, and only when the exit lands on a
+    local-only save step), the combination is a legitimate one, and ``exit_interval`` can avoid it entirely by
+    being a multiple of ``save_interval`` (the persistent branch runs first there). The warning names the cost.
+    """
+
+    number: int = 5922
+    title: str = "an exit at a local-save step skips the persistent save"
+    effect: str = (
+        "train.exit_duration_in_mins, train.exit_interval and the NVRx straggler stop skip their persistent save "
+        "when a non-persistent (local) save happened at the same step; the job exits with its newest state only "
+        "on the nodes' local disks, and a requeue onto other nodes (a straggler stop excludes the slow node) "
+        "resumes from the previous persistent checkpoint, training up to checkpoint.save_interval steps again"
+    )
+    combination: str = (
+        "LocalCheckpointPlugin (non_persistent_save_interval) + train.exit_interval, train.exit_duration_in_mins or "
+        "StragglerDetectionPlugin(stop_if_detected=True)"
+    )
+    workaround: str = (
+        "make train.exit_interval a multiple of checkpoint.save_interval (the persistent save runs first at such "
+        "a step); for exit_duration_in_mins and the straggler stop, keep checkpoint.save_interval short enough "
+        "that redoing it is acceptable, or use a Megatron Bridge with the fix (checkpoint_and_decide_exit tracks "
+        "the persistent save apart from the non-persistent one)"
+    )
+    action: Literal["warn", "refuse"] = "warn"
+    plugins: tuple[str, ...] = ("LocalCheckpointPlugin", "StragglerDetectionPlugin")
+    file: str = "training/train.py"
+    function: str = "checkpoint_and_decide_exit(): the flag the exits test after a non-persistent save"
+
+    def fixed_in(self, tree: ast.Module) -> bool | None:
+        fn = _module_function(tree, "checkpoint_and_decide_exit")
+        if fn is None:
+            return None
+        set_by_local: set[str] = set()
+        found_branch = False
+        for node in ast.walk(fn):
+            if isinstance(node, ast.If) and "non_persistent_save_interval" in ast.unparse(node.test):
+                found_branch = True
+                for stmt in node.body:
+                    sets_true = isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Constant)
+                    if sets_true and stmt.value.value is True:
+                        set_by_local |= {t.id for t in stmt.targets if isinstance(t, ast.Name)}
+        if not found_branch:
+            return None
+        tested_by_exits = {
+            node.operand.id
+            for node in ast.walk(fn)
+            if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not) and isinstance(node.operand, ast.Name)
+        }
+        return not (set_by_local & tested_by_exits)
+
+    def applies(self, task: Any) -> bool:
+        interval = _field(task, "checkpoint", "non_persistent_save_interval")
+        if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
+            return False
+        planned_exit = bool(_field(task, "train", "exit_interval")) or bool(
+            _field(task, "train", "exit_duration_in_mins")
+        )
+        straggler_stop = _true(_field(task, "nvrx_straggler", "enabled")) and _true(
+            _field(task, "nvrx_straggler", "stop_if_detected")
+        )
+        return planned_exit or straggler_stop
+
+
 KNOWN_BUGS: tuple[KnownBug, ...] = (
     FinishedRunResumeFails(),
     StragglerStopsAfterInprocessRestart(),
     CallWrapperNotForwarded(),
+    LocalSaveSkipsExitSave(),
 )
 
 

@@ -80,7 +80,8 @@ def _add_chain_helpers(executor: Any) -> None:
         executor.setup_lines = (existing.rstrip("\n") + "\n" if existing else "") + _CHAIN_HELPERS
 
 
-_REQUEUE_GUARD = _block("requeue_guard.sh")
+# The guard reads the step's own log for what its exit code cannot say on several nodes (step_verdict.sh).
+_REQUEUE_GUARD = _block("requeue_guard.sh") + "\n" + _block("step_verdict.sh")
 
 
 def guard_ft_requeue(executor: Any, *, plugin: str) -> None:
@@ -99,6 +100,13 @@ def guard_ft_requeue(executor: Any, *, plugin: str) -> None:
     the failed run itself against ``TORCHX_MAX_RETRIES`` (``retries=1`` never requeued; ``retries=0`` not
     even after a preemption), so the block adds one; and a job out of retries fell off the script's end
     and was reported COMPLETED with exit code 0, so an EXIT trap ends it with the step's exit code.
+    On several nodes srun's exit code is the highest task code or 128+signal (NeMo-Run runs it with
+    ``--kill-on-bad-exit=1``), so NVRx's no-restart code on one node reaches the batch shell as 143: the guard
+    also takes NVRx's "must not be restarted (<reason>)" line in the launchers' log, from any node, as the
+    verdict (NVRx 0.7 writes it nowhere else) and ends the job FAILED with the no-restart code, no node excluded.
+    A step that exited 0 on Megatron Bridge's straggler stop ("Exiting program due to straggler detection.") is
+    requeued with the node of the last report's straggler ranks excluded, or ends FAILED when no such node can
+    be excluded (``step_verdict.sh`` says how a rank is mapped to its node).
     Trade-off: a Megatron Bridge run that exits 0 on its own before the end (``train.exit_duration_in_mins``,
     ``train.exit_interval``) is treated as finished.
     """

@@ -1,8 +1,8 @@
 """Fault injection for the reference workload, from the ``NRP_*`` environment variables.
 
-``NRP_FAULT`` names one fault (``kill``, ``hang``, ``raise``, ``sigterm``, ``corrupt_local``, ``slow``, ``nan``,
-``nan_persistent``) injected at step ``NRP_FAULT_STEP`` on rank ``NRP_FAULT_RANK``, or a *chain* of the
-once-only kinds, ``kind@step`` items separated by commas (``NRP_FAULT=kill@13,hang@17``): one launch then
+``NRP_FAULT`` names one fault (``kill``, ``hang``, ``raise``, ``sigterm``, ``corrupt_local``, ``slow``,
+``slow_node``, ``nan``, ``nan_persistent``) injected at step ``NRP_FAULT_STEP`` on rank ``NRP_FAULT_RANK``, or a
+*chain* of the once-only kinds, ``kind@step`` items separated by commas (``NRP_FAULT=kill@13,hang@17``): one launch then
 proves several recoveries in a row, each with its own log lines, exactly as a job that fails more than once in
 its life would meet them (the restart budget must allow every one of them).
 
@@ -23,8 +23,12 @@ cuts its newest local checkpoint file (``<non_persistent_local_ckpt_dir>/<rank>/
 size, then dies by SIGKILL. It needs local checkpoints (refused without the directory).
 
 ``slow`` models a persistently slow rank: it applies on every step >= NRP_FAULT_STEP of every attempt (its
-compute part takes 3x as long). ``nan`` adds NaN to the model output, hence to the loss and the gradients, of
-step NRP_FAULT_STEP once (a transient fault: a re-run of the step is clean); ``nan_persistent`` adds it on every
+compute part takes 3x as long). ``slow_node`` models a slow *node*, which stays slow whatever runs on it: the
+first attempt's rank NRP_FAULT_RANK writes its node's name (``SLURMD_NODENAME``, else the host name) to
+``nrp_slow_node`` in ``checkpoint.save``, and from then on every rank that starts on that node is slow, in
+every attempt; a job requeued away from the node runs at full speed. ``nan`` adds NaN to the model output, hence
+to the loss and the gradients, of step NRP_FAULT_STEP once (a transient fault: a re-run of the step is clean);
+``nan_persistent`` adds it on every
 run of that step in the attempt that injects it (the re-run reproduces it). Both use the marker, so a restarted
 attempt is clean. Neither can be part of a chain.
 """
@@ -35,6 +39,7 @@ import dataclasses
 import os
 import re
 import signal
+import socket
 import threading
 import time
 from typing import Any
@@ -44,7 +49,8 @@ from nemo_resiliency_plugins.testing.rank_log import log
 
 __all__ = ["CHAINABLE_KINDS", "FAULT_KINDS", "FAULT_MARKER", "FaultInjector", "FaultSpec", "marker_name"]
 
-FAULT_KINDS = ("kill", "hang", "raise", "sigterm", "corrupt_local", "slow", "nan", "nan_persistent")
+FAULT_KINDS = ("kill", "hang", "raise", "sigterm", "corrupt_local", "slow", "slow_node", "nan", "nan_persistent")
+SLOW_NODE_FILE = "nrp_slow_node"
 CHAINABLE_KINDS = ("kill", "hang", "raise", "sigterm", "corrupt_local")
 LOSS_FAULTS = ("nan", "nan_persistent")
 FAULT_MARKER = "nrp_fault_injected"
@@ -114,6 +120,8 @@ class FaultInjector:
         self.spec = spec
         self.rank = rank
         self.active = spec.kind is not None and rank == spec.rank
+        if spec.kind == "slow_node":
+            self.active = self._on_slow_node(save_dir)
         if spec.then and not save_dir:
             raise ValueError("NRP_FAULT: a chain of faults needs checkpoint.save (its markers live there)")
         # ``checkpoint``: the job's CheckpointConfig; corrupt_local damages this rank's local checkpoint files.
@@ -132,12 +140,31 @@ class FaultInjector:
         if spec.kind is not None and not 0 <= spec.rank < world and rank == 0:
             log(f"NOTE NRP_FAULT={spec.kind} ignored: NRP_FAULT_RANK={spec.rank} not in world of {world}")
 
+    def _on_slow_node(self, save_dir: str | None) -> bool:
+        """``slow_node``: whether this rank runs on the slow node (named by the first attempt's faulty rank)."""
+        if not save_dir:
+            raise ValueError("NRP_FAULT=slow_node needs checkpoint.save (the slow node's name is kept there)")
+        here = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+        path = os.path.join(save_dir, SLOW_NODE_FILE)
+        if not os.path.exists(path) and self.rank == self.spec.rank:
+            os.makedirs(save_dir, exist_ok=True)
+            with open(path, "w") as f:
+                f.write(here + "\n")
+        try:
+            with open(path) as f:
+                slow = f.read().strip()
+        except FileNotFoundError:
+            return False
+        if slow == here:
+            log(f"SLOW_NODE {here} rank={self.rank}")
+        return slow == here
+
     def compute_delay(self, step: int) -> float:
         """Extra sleep inside the compute part of this step (the straggler effect)."""
-        if self.active and self.spec.kind == "slow" and step >= self.spec.step:
+        if self.active and self.spec.kind in ("slow", "slow_node") and step >= self.spec.step:
             if not self._slow_announced:
                 self._slow_announced = True
-                log(f"FAULT_INJECTED kind=slow step={step} rank={self.rank}")
+                log(f"FAULT_INJECTED kind={self.spec.kind} step={step} rank={self.rank}")
             return 3.0 * self.spec.step_time
         return self.spec.step_time
 
@@ -158,7 +185,7 @@ class FaultInjector:
 
     def maybe_inject(self, step: int) -> None:
         """Called inside the step (between on_training_step_start and on_training_step_end)."""
-        if not self.active or self.spec.kind == "slow" or self.spec.kind in LOSS_FAULTS:
+        if not self.active or self.spec.kind in ("slow", "slow_node") or self.spec.kind in LOSS_FAULTS:
             return
         if self._first_step is None:
             self._first_step = step

@@ -85,7 +85,8 @@ Python (e.g. ``run.Partial(pretrain, config=reference_config_buildable(d))``)::
     pretrain(reference_config("/tmp/ck"))
 
 Environment variables (all optional; fault injection in detail: :mod:`~nemo_resiliency_plugins.testing.faults`):
-    ``NRP_FAULT``       one of kill, hang, raise, sigterm, slow, nan, nan_persistent; or a chain of the first four,
+    ``NRP_FAULT``       one of kill, hang, raise, sigterm, slow, slow_node, nan, nan_persistent; or a chain of the
+                        first four,
                         ``kind@step`` items separated by commas (``kill@13,hang@17``: one launch, two recoveries)
     ``NRP_FAULT_STEP``  step (number of completed iterations) at which to inject; default 0
     ``NRP_FAULT_RANK``  global rank that injects; default 1

@@ -212,7 +212,9 @@ def explain(
     ntasks_per_node: int = typer.Option(8, "--ntasks-per-node"),
     time: str = typer.Option("04:00:00", "--time", help="Slurm time limit."),
     step_time: float = typer.Option(None, "--step-time", help="Seconds one training step takes (for the chain)."),
-    save_time: float = typer.Option(None, "--save-time", help="Seconds one checkpoint save takes."),
+    save_time: float = typer.Option(
+        None, "--save-time", help="Seconds the longest checkpoint save takes (a process's first save included)."
+    ),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Dry run: what each plugin changes, the timeout chain, and the final launch command."""
@@ -290,7 +292,9 @@ def doctor(
     ),
     checkpoint_dir: str = typer.Option(None, "--checkpoint-dir", help="Where ft_state.json is (else from the task)."),
     step_time: float = typer.Option(None, "--step-time"),
-    save_time: float = typer.Option(None, "--save-time"),
+    save_time: float = typer.Option(
+        None, "--save-time", help="Seconds the longest checkpoint save takes (a process's first save included)."
+    ),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Why does training hang / why did fault tolerance not trigger? A verdict per check; exit 1 on FAIL."""
@@ -387,7 +391,9 @@ def rehearse(
     ranks: int = typer.Option(2, "--ranks"),
     sets: list[str] = _SET_OPTION,
     step_time: float = typer.Option(None, "--step-time", help="Your cluster's step time, for the timeout chain."),
-    save_time: float = typer.Option(None, "--save-time", help="Your cluster's checkpoint save time."),
+    save_time: float = typer.Option(
+        None, "--save-time", help="Your cluster's longest checkpoint save (a process's first save included)."
+    ),
     workdir: str = typer.Option(None, "--workdir", help="Where runs, checkpoints and logs go (default: a temp dir)."),
     timeline: str = typer.Option(None, "--timeline", help="Write a PNG timeline of each run (needs matplotlib)."),
     json_out: bool = typer.Option(False, "--json"),

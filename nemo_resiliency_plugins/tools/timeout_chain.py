@@ -6,6 +6,11 @@ Each mechanism has its own clock, and they only work in a certain order, which n
   kills a healthy job at its first save);
 * in-process restart needs ``soft_timeout < hard_timeout < barrier_timeout`` and an NCCL watchdog
   (``dist.distributed_timeout_minutes``) longer than ``hard_timeout``, or NCCL tears the job down first;
+* in-process ``soft_timeout`` must outlast the longest checkpoint save, a process's first save included (it is
+  the slowest: seen on an H200, ~30 s where later ones were shorter). NVRx's progress watchdog stamps progress
+  only while the main thread runs Python bytecode, so a save spent in one long call counts as a hang: NVRx
+  interrupts it, the re-entry resumes from the last *completed* checkpoint, the next save times out the same
+  way, and the job loops until it fails (seen on Megatron Bridge's real loop with a 20 s soft timeout);
 * ``preempt_time`` must leave time for one step plus one checkpoint save;
 * the launcher's SIGTERM -> SIGKILL grace period must outlast that save, and so must the platform's where it
   stops pods or containers (Kubernetes' ``terminationGracePeriodSeconds``, 30 s by default);
@@ -116,6 +121,15 @@ def timeout_chain(
                     f"{soft:g} s < {hard:g} s < {barrier:g} s",
                 )
             )
+        if soft is not None:
+            link = _cmp("in-process soft timeout > the longest save", float(soft), save_time_s, "soft_timeout", "save")
+            link.name = "in-process soft timeout > the longest save (a process's first save included)"
+            if link.ok is False:
+                link.detail += (
+                    ": NVRx's progress watchdog sees no progress while a save runs, interrupts every save and the "
+                    "in-process restart loops from the last completed checkpoint"
+                )
+            links.append(link)
         watchdog = nccl_timeout_s or MB_DEFAULT_NCCL_TIMEOUT_S
         if hard is not None:
             links.append(

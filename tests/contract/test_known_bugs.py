@@ -24,6 +24,7 @@ from nemo_resiliency_plugins.core.known_bugs import (
     KNOWN_BUGS,
     CallWrapperNotForwarded,
     FinishedRunResumeFails,
+    LocalSaveSkipsExitSave,
     StragglerStopsAfterInprocessRestart,
 )
 
@@ -55,7 +56,18 @@ FIX_5187 = (
     "    def _adapter(*args, inprocess_call_wrapper: Optional[inprocess.CallWrapper] = None, **kwargs):\n"
     "        call_wrapper = inprocess_call_wrapper\n",
 )
-FIXES = {5711: FIX_5711, 5761: FIX_5761, 5187: FIX_5187}
+# Megatron-Bridge#5922's fix: a non-persistent save no longer counts as the save the planned exits would write.
+_LOCAL_SAVE_END = (
+    "            non_persistent_ckpt=True,\n"
+    "            train_data_iterator=train_data_iterator,\n"
+    "            pg_collection=pg_collection,\n"
+    "            callback_manager=callback_manager,\n"
+    "            module_name=module_name,\n"
+    "        )\n"
+)
+FIX_5922 = (_LOCAL_SAVE_END + "        saved_checkpoint = True\n", _LOCAL_SAVE_END)
+FIXES = {5711: FIX_5711, 5761: FIX_5761, 5187: FIX_5187, 5922: FIX_5922}
+ALL = [5711, 5761, 5187, 5922]
 
 
 def _bug(number: int):
@@ -78,10 +90,11 @@ def test_one_check_per_bug_with_its_upstream_number():
         (FinishedRunResumeFails, 5711),
         (StragglerStopsAfterInprocessRestart, 5761),
         (CallWrapperNotForwarded, 5187),
+        (LocalSaveSkipsExitSave, 5922),
     ]
 
 
-@pytest.mark.parametrize("number", [5711, 5761, 5187])
+@pytest.mark.parametrize("number", ALL)
 def test_installed_megatron_bridge_has_the_bug(number):
     bug = _bug(number)
     detection = bug.detect()
@@ -90,7 +103,7 @@ def test_installed_megatron_bridge_has_the_bug(number):
     assert detection.basis == f"megatron/bridge/{bug.file}: {bug.function}"
 
 
-@pytest.mark.parametrize("number", [5711, 5761, 5187])
+@pytest.mark.parametrize("number", ALL)
 def test_the_check_flips_to_fixed_on_the_source_with_the_fix(number, tmp_path):
     bug = _bug(number)
     patched = _patched_copy(bug, tmp_path)
@@ -100,7 +113,7 @@ def test_the_check_flips_to_fixed_on_the_source_with_the_fix(number, tmp_path):
     assert bug.detect(source=known_bugs.installed_file(bug.file).read_text()).status == "present"
 
 
-@pytest.mark.parametrize("number", [5711, 5761, 5187])
+@pytest.mark.parametrize("number", ALL)
 def test_unreadable_code_falls_back_to_the_installed_version(number, tmp_path, monkeypatch):
     bug = _bug(number)
     # A file without the function the check reads (a refactored Megatron Bridge): decided by the version.
@@ -176,7 +189,7 @@ def test_checks_never_import_megatron_bridge():
         "assert not [m for m in sys.modules if m.startswith(('megatron.bridge', 'nemo_run', 'torch'))]\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "['present', 'present', 'present']"
+    assert out.stdout.strip() == "['present', 'present', 'present', 'present']"
 
 
 # Run in a fresh interpreter: a process group and NVRx's process-global detector, as one training rank has them.
@@ -226,3 +239,56 @@ def test_5761_verdict_agrees_with_a_retry_of_the_real_detector(tmp_path):
     lines = [line for line in out.stdout.splitlines() if line.startswith(("patched", "installed"))]
     assert lines == ["patched initialised initialised", "installed initialised AssertionError"], out.stdout
     assert (bug.detect(path=patched).status, bug.detect(path=installed).status) == ("fixed", "present")
+
+
+def test_5922_a_separate_persistent_flag_counts_as_the_fix():
+    """Another shape of the fix: the local branch still sets its flag, the exits test a persistent-only one."""
+    bug = _bug(5922)
+    text = known_bugs.installed_file(bug.file).read_text()
+    fn = ast.get_source_segment(text, known_bugs._module_function(ast.parse(text), "checkpoint_and_decide_exit"))
+    persistent_set = "        saved_checkpoint = True\n\n    elif ("
+    assert fn.count(persistent_set) == 1 and fn.count("not saved_checkpoint") == 3
+    fixed = fn.replace(persistent_set, "        saved_checkpoint = saved_persistent = True\n\n    elif (").replace(
+        "not saved_checkpoint", "not saved_persistent"
+    )
+    fixed = fixed.replace("    saved_checkpoint = False\n", "    saved_checkpoint = saved_persistent = False\n", 1)
+    assert bug.detect(source=text.replace(fn, fixed)).status == "fixed"
+
+
+def _exit_saves(source: str) -> list[bool]:
+    """Run Megatron Bridge's ``checkpoint_and_decide_exit`` compiled from ``source`` for a step where a local save
+    is due and ``exit_interval`` fires: the ``non_persistent_ckpt`` flag of each save it makes, in order."""
+    from types import SimpleNamespace
+
+    fn = next(
+        n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == "checkpoint_and_decide_exit"
+    )
+    for a in [*fn.args.args, *fn.args.kwonlyargs]:  # annotations name types the namespace lacks
+        a.annotation = None
+    fn.returns = None
+    saves: list[bool] = []
+    namespace = {
+        "save_checkpoint_and_time": lambda *a, non_persistent_ckpt=False, **k: saves.append(non_persistent_ckpt),
+        "barrier_and_log": lambda *a, **k: None,
+        "end_active_mlflow_run": lambda *a, **k: None,
+        "check_nvrx_straggler_detection": lambda manager: False,
+    }
+    exec(compile(ast.Module(body=[fn], type_ignores=[]), "<train>", "exec", dont_inherit=True), namespace)
+    cfg = SimpleNamespace(
+        train=SimpleNamespace(exit_signal_handler=False, exit_duration_in_mins=None, exit_interval=10),
+        checkpoint=SimpleNamespace(save="/ckpt", save_interval=100, non_persistent_save_interval=5),
+    )
+    state = SimpleNamespace(cfg=cfg, train_state=SimpleNamespace(step=10), nvrx_straggler_manager=None)
+    assert namespace["checkpoint_and_decide_exit"](state, None, None, None, 0.0, None, None) is True
+    return saves
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+def test_5922_verdict_agrees_with_the_saves_the_exit_makes(fixed, tmp_path):
+    """The installed function, run at an exit_interval step that is also a local-save step, makes only the local
+    save; with the fix it also makes the persistent one the requeue onto other nodes needs."""
+    bug = _bug(5922)
+    path = _patched_copy(bug, tmp_path) if fixed else known_bugs.installed_file(bug.file)
+    source = path.read_text()
+    assert _exit_saves(source) == ([True, False] if fixed else [True])
+    assert bug.detect(source=source).status == ("fixed" if fixed else "present")

@@ -27,6 +27,7 @@ SUBMIT = textwrap.dedent(
     import nemo_run as run
     from nemo_resiliency_plugins.fault_tolerance import FaultTolerancePlugin
     from nemo_resiliency_plugins.preemption import PreemptionPlugin
+    from nemo_resiliency_plugins.straggler import StragglerDetectionPlugin
 
     spec = json.loads(sys.argv[1])
     home = os.environ["NEMORUN_HOME"]
@@ -40,6 +41,7 @@ SUBMIT = textwrap.dedent(
         container_image=None,
         packager=run.Packager(),
         env_vars={"PATH": spec["venv_bin"] + ":/usr/local/bin:/usr/bin:/bin", **spec["env"]},
+        setup_lines=spec.get("setup_lines"),
     )
     task = run.Script(
         path="nemo_resiliency_plugins.testing.workload", m=True, entrypoint="python", args=spec["args"]
@@ -49,6 +51,8 @@ SUBMIT = textwrap.dedent(
         plugins.append(PreemptionPlugin(**spec["preemption"]))
     if spec.get("ft") is not None:
         plugins.append(FaultTolerancePlugin(**spec["ft"]))
+    if spec.get("straggler") is not None:
+        plugins.append(StragglerDetectionPlugin(**spec["straggler"]))
     with run.Experiment(spec["name"], executor=executor, skip_status_at_exit=True,
                         enable_goodbye_message=False) as exp:
         exp.add(task, name="train", plugins=plugins)
@@ -120,6 +124,8 @@ def submit(
     ft: dict[str, Any] | None = None,
     nodes: int = 1,
     ntasks_per_node: int = 2,
+    straggler: dict[str, Any] | None = None,
+    setup_lines: str | None = None,
 ) -> SubmittedJob:
     home = tmp_path / "nemorun_home"
     home.mkdir(exist_ok=True)
@@ -134,6 +140,8 @@ def submit(
         ft=ft,
         nodes=nodes,
         ntasks_per_node=ntasks_per_node,
+        straggler=straggler,
+        setup_lines=setup_lines,
     )
     p = subprocess.run(
         [sys.executable, "-c", SUBMIT, json.dumps(spec)],

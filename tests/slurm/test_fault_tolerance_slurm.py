@@ -47,6 +47,14 @@ STEPS = 20  # the reference config's train.train_iters; checkpoint every 5 steps
 FAULT_STEP = 13  # the killed rank's attempt resumes from step 10
 
 
+# The user's own setup_lines (kept and called by the plugins' srun function): in the first run only, the launchers'
+# step asks for more CPUs per task than a node has, and Slurm refuses to create it ("srun: error: Unable to create
+# step for job <id>: More processors requested than permitted"): a failed step with no line naming a node.
+NO_STEP_ON_FIRST_RUN = """if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then
+  srun() { case " $* " in *" ft_launcher "*) command srun --cpus-per-task=64 "$@" ;; *) command srun "$@" ;; esac; }
+fi"""
+
+
 def _ft(**overrides) -> dict:
     settings = dict(
         num_in_job_restarts=1,
@@ -153,6 +161,30 @@ def jobs(local_slurm, tmp_path_factory):
             nodes=2,
             ntasks_per_node=1,
         ),
+        # Issue 32. The crash loop on 2 nodes: the killed rank's launcher exits 93, srun stops the other node and
+        # returns 143; the guard reads NVRx's verdict in the launchers' log and ends the job FAILED, no requeue.
+        "two-node-crash-loop": dict(
+            env={**crash_loop, "NVRX_ENABLE_MULTI_LAUNCHERS_PER_NODE": "1"},
+            ft=_ft(num_in_job_restarts=3, max_no_progress_cycles=2, num_job_retries_on_failure=2),
+            nodes=2,
+            ntasks_per_node=1,
+        ),
+        # A 2-node job whose first launchers' step cannot be created (no "srun: error: <node>: task" line) is
+        # requeued without an exclusion; then a slow node (every rank started on it is 3x slower) makes Megatron
+        # Bridge's straggler stop end the run with exit 0: requeued excluding that node; the last run finishes.
+        "straggler-stop": dict(
+            env={
+                "NRP_STEP_TIME": "0.3",
+                "NRP_FAULT": "slow_node",
+                "NRP_FAULT_STEP": "0",
+                "NVRX_ENABLE_MULTI_LAUNCHERS_PER_NODE": "1",
+            },
+            ft=_ft(num_in_job_restarts=0, num_job_retries_on_failure=2, calc_ft_timeouts=False),
+            straggler=dict(stop_if_detected=True, report_time_interval=1.0, gpu_relative_perf_threshold=0.7),
+            setup_lines=NO_STEP_ON_FIRST_RUN,
+            nodes=2,
+            ntasks_per_node=1,
+        ),
     }
 
     def submit_one(name: str, spec: dict):
@@ -169,6 +201,8 @@ def jobs(local_slurm, tmp_path_factory):
             ft=spec["ft"],
             nodes=spec.get("nodes", 1),
             ntasks_per_node=spec.get("ntasks_per_node", 2),
+            straggler=spec.get("straggler"),
+            setup_lines=spec.get("setup_lines"),
         )
         return job, save
 
@@ -329,7 +363,7 @@ def test_crash_loop_stops_with_no_restart_code_and_is_not_requeued(jobs):
     assert "made NO progress" in logs and "Consecutive cycles without progress: 2/2" in logs, logs[-6000:]
     assert logs.count(f"FAULT_INJECTED kind=kill step={FAULT_STEP} rank=1") == 3  # cycles 0, 1, 2 of 4 allowed
     # ft_launcher exited with NVRx's no-restart code; the guard did not requeue; Slurm says FAILED with it.
-    assert "no-restart code 93" in logs and "not requeued, the job ends FAILED" in logs, logs[-4000:]
+    assert "no-restart code 93" in logs and "not requeued, no node excluded, the job ends FAILED" in logs, logs[-4000:]
     assert (res.state, res.exit_code, res.restarts) == ("FAILED", 93, 0), res.record
     assert "] FINISHED step=" not in logs
 
@@ -411,3 +445,74 @@ def test_two_node_job_leaves_a_lost_node_and_a_hung_node_behind(jobs):
             ["scontrol", "show", "hostnames", rec.get("NodeList", "")], capture_output=True, text=True
         ).stdout.split()
         assert not set(ran_on) & set(excluded), rec
+
+
+# ----------------------------------------------------------------- issue 32: multi-node ends as the proofs promise
+
+
+def test_two_node_crash_loop_ends_failed_with_the_no_restart_reason_not_requeued(jobs):
+    job, save, res = jobs["two-node-crash-loop"]
+    logs = job.logs()
+    assert "Consecutive cycles without progress: 2/2" in logs, logs[-6000:]
+    assert "NVRx decided the job must not be restarted (no_progress)" in logs, logs[-6000:]
+    # srun's code was not 93 (one node's launcher exited 93, the other was stopped): the log was the verdict.
+    verdict = re.findall(
+        r"^nemo-resiliency-plugins: NVRx decided the job must not be restarted \((\w+); step exit code (\d+):.*"
+        r"not requeued, no node excluded, the job ends FAILED with no-restart code 93$",
+        logs,
+        re.M,
+    )
+    assert [reason for reason, _ in verdict] == ["no_progress"], (verdict, logs[-6000:])
+    print(f"\n2-node crash loop {job.job_id}: srun's exit code {verdict[0][1]}")
+    assert (res.state, res.exit_code, res.restarts) == ("FAILED", 93, 0), res.record
+    assert "the requeued job excludes" not in logs and "] FINISHED step=" not in logs
+    rec = res.record
+    assert rec.get("ExcNodeList") in (None, "(null)", ""), rec
+
+
+def test_step_without_a_node_line_is_requeued_without_exclusion(jobs):
+    job, save, res = jobs["straggler-stop"]
+    attempts, logs = job.attempt_logs(), job.logs()
+    assert re.search(r"^srun: error: Unable to create step for job \d+", logs, re.M), logs[-6000:]
+    assert "FINISHED" not in attempts.get(0, ""), attempts.get(0, "")[-3000:]  # (no launcher ran in run 0)
+    assert re.search(
+        r"^nemo-resiliency-plugins: no 'srun: error: <node>: task' line: cannot tell which node failed; "
+        r"requeue without excluding one$",
+        logs,
+        re.M,
+    ), logs[-6000:]
+    assert res.restarts >= 1 and 1 in attempts, (res.record, logs[-6000:])
+    results = next(job.task_dir().glob("*_job_results")).read_text().split("\n")
+    assert [ln.split()[-1] for ln in results if ln.strip()][0] == "F", results
+
+
+def test_straggler_stop_requeues_the_job_without_the_slow_node(jobs):
+    baseline = finished_hash(jobs["fault-free"][0].logs())
+    job, save, res = jobs["straggler-stop"]
+    attempts, logs = job.attempt_logs(), job.logs()
+    slow = (save / "nrp_slow_node").read_text().strip()
+    assert (res.state, res.exit_code) == ("COMPLETED", 0), (res.record, logs[-8000:])
+    assert res.restarts == 2, res.record
+    # Run 1: the slow node's rank is reported, Megatron Bridge's loop stops (exit 0), the guard requeues without it.
+    assert "StragglerId(rank=" in attempts[1] and "Exiting program due to straggler detection." in attempts[1]
+    excluded = re.findall(
+        r"^nemo-resiliency-plugins: node (\S+) was reported as a straggler \(training stopped\): the requeued job "
+        r"excludes (\S+)$",
+        logs,
+        re.M,
+    )
+    assert [node for node, _ in excluded] == [slow], (excluded, slow, logs[-8000:])
+    assert "finished, not requeued" in logs
+    # Run 2 ran elsewhere at full speed, resumed from the straggler stop's checkpoint, and matches the fault-free run.
+    last = attempts[2]
+    assert f"SLOW_NODE {slow}" not in last and "Exiting program due to straggler" not in last, last[-6000:]
+    stopped = int(re.findall(r"EXIT on straggler step=(\d+)", attempts[1])[-1])
+    assert f"RESUMED from step {stopped} " in last, last[-6000:]
+    assert finished_hash(last) == baseline
+    rec = res.record
+    if "ExcNodeList" in rec:  # the live record (kept MinJobAge s)
+        ran_on = subprocess.run(
+            ["scontrol", "show", "hostnames", rec.get("NodeList", "")], capture_output=True, text=True
+        ).stdout.split()
+        assert slow not in ran_on, rec
+

@@ -170,3 +170,43 @@ def test_slurm_jobs_get_the_no_restart_code_and_multi_node_jobs_exclude_failed_n
     assert "NRP_EXCLUDE_FAILED_NODES" not in off.executor.env_vars
     with pytest.raises(ResiliencyConfigError, match="exclude_failed_nodes"):
         add_job(script("checkpoint.save=/ck"), local(), [FaultTolerancePlugin(exclude_failed_nodes=True)])
+
+
+# ------------------------------------------------------------------- issue 32: settings that redo the training
+
+
+@pytest.mark.parametrize("name", RESTARTING)
+@pytest.mark.parametrize("value", ["true", "True"])
+def test_finetune_is_refused_with_the_consequence_named(name, value):
+    task = script("checkpoint.save=/ck/run1", f"checkpoint.finetune={value}")
+    with pytest.raises(ResiliencyConfigError) as err:
+        add_job(task, local(), [RESTARTING[name]()])
+    text = str(err.value)
+    assert name in text and "checkpoint.finetune" in text, text
+    assert "resets the step to 0 after every checkpoint load" in text and "pretrained_checkpoint" in text, text
+
+
+@pytest.mark.parametrize("name", RESTARTING)
+def test_ckpt_step_is_refused_with_the_consequence_named(name):
+    with pytest.raises(ResiliencyConfigError) as err:
+        add_job(script("checkpoint.save=/ck/run1", "checkpoint.ckpt_step=200"), local(), [RESTARTING[name]()])
+    text = str(err.value)
+    assert name in text and "checkpoint.ckpt_step" in text and "200" in text, text
+    assert "every restart" in text and "goes back to step 200" in text, text
+
+
+def test_finetune_and_ckpt_step_on_a_partial_are_refused_and_their_defaults_pass():
+    task = partial("/ck/run1", None)
+    task.config.checkpoint.finetune = True
+    with pytest.raises(ResiliencyConfigError, match=r"checkpoint\.finetune"):
+        add_job(task, local(), [FaultTolerancePlugin()])
+    task = partial("/ck/run1", None)
+    task.config.checkpoint.ckpt_step = 40
+    with pytest.raises(ResiliencyConfigError, match=r"goes back to step 40"):
+        add_job(task, local(), [FaultTolerancePlugin()])
+    ok = add_job(
+        script("checkpoint.save=/ck/run1", "checkpoint.finetune=false", "checkpoint.ckpt_step=null"),
+        local(),
+        [FaultTolerancePlugin()],
+    )
+    assert "checkpoint.load=/ck/run1" in ok.task.args

@@ -355,3 +355,38 @@ def test_rehearsal_runs_local_checkpoints_on_one_machine_and_says_what_it_cannot
     assert local_plugin.non_persistent_local_ckpt_algo == "atomic"  # fully_parallel's load needs CUDA
     assert any("non_persistent_save_interval: 50 ->" in n for n in scaled)
     assert any("replication" in m and "one" in m for m in missing)
+
+
+# ------------------------------------------------------- issue 32: in-process soft timeout vs the longest save
+
+
+def test_the_chain_fails_an_inprocess_soft_timeout_below_the_longest_save():
+    from nemo_resiliency_plugins import InProcessRestartPlugin
+    from nemo_resiliency_plugins.tools.timeout_chain import timeout_chain
+
+    name = "in-process soft timeout > the longest save (a process's first save included)"
+    short = InProcessRestartPlugin(soft_timeout=20, hard_timeout=40, barrier_timeout=120)
+    (link,) = [c for c in timeout_chain([short], None, save_time_s=30) if c.name == name]
+    assert link.ok is False and "20 s vs 30 s" in link.detail and "loops" in link.detail, link
+    (link,) = [c for c in timeout_chain([InProcessRestartPlugin()], None, save_time_s=30) if c.name == name]
+    assert link.ok is True, link  # Megatron Bridge's default soft timeout, 60 s
+    (link,) = [c for c in timeout_chain([short], None) if c.name == name]
+    assert link.ok is None and "pass --step-time/--save-time" in link.detail
+
+
+def test_plan_flags_a_soft_timeout_that_every_save_outlasts():
+    from nemo_resiliency_plugins import InProcessRestartPlugin
+    from nemo_resiliency_plugins.tools.planning import RunParams
+    from nemo_resiliency_plugins.tools.planning.failures import PROFILES
+    from nemo_resiliency_plugins.tools.planning.mechanisms import from_plugins
+    from nemo_resiliency_plugins.tools.planning.plan import plan
+
+    params = RunParams(gpus=1024, step_time_s=5.0, save_time_s=30.0, days=2)
+    short = [FaultTolerancePlugin(), InProcessRestartPlugin(soft_timeout=20, hard_timeout=40, barrier_timeout=120)]
+    mech = from_plugins(short, params)
+    assert not mech.saves_complete and any("every save is interrupted" in n for n in mech.notes), mech
+    report = plan(params, PROFILES["llama3"](), mech, plugins_from="test")
+    flags = {f.setting: f for f in report.flags}
+    assert "InProcessRestartPlugin.soft_timeout" in flags, report.flags
+    assert "section_timeouts['checkpointing']" not in flags  # that one is long enough: not blamed
+    assert from_plugins([FaultTolerancePlugin(), InProcessRestartPlugin()], params).saves_complete

@@ -1,6 +1,6 @@
 """What the plugins do about the known Megatron Bridge bugs (known_bugs.py) at set-up, through NeMo-Run's real
 ``Experiment.add``, and what ``doctor`` / ``explain`` show. The installed Megatron Bridge here is 0.6.2, which has
-all three bugs (pinned in tests/contract/test_known_bugs.py)."""
+all four bugs (pinned in tests/contract/test_known_bugs.py)."""
 
 from __future__ import annotations
 
@@ -165,3 +165,34 @@ def test_explain_shows_the_known_bugs_on_the_path():
     assert result.known_bugs[0].startswith("warn: Megatron-Bridge#5187")
     assert "megatron/bridge/training/inprocess_restart.py" in result.known_bugs[0]
     assert result.to_json()["known_bugs"] == result.known_bugs
+
+
+# ------------------------------------------------------------- #5922: warn (local saves + a planned exit)
+
+
+def _local_plugin():
+    from nemo_resiliency_plugins import LocalCheckpointPlugin
+
+    return LocalCheckpointPlugin(non_persistent_local_ckpt_dir="/local/ckpt", non_persistent_save_interval=10)
+
+
+@pytest.mark.parametrize("exit_arg", ["train.exit_interval=50", "train.exit_duration_in_mins=230"])
+def test_5922_local_saves_with_a_planned_exit_warn_with_the_cost(exit_arg, bug_log):
+    add_job(script("checkpoint.save_interval=100", exit_arg), local(), [_local_plugin()])
+    (message,) = bug_warnings(bug_log, 5922)
+    assert message.startswith("LocalCheckpointPlugin: known Megatron Bridge bug Megatron-Bridge#5922")
+    assert "skip their persistent save" in message and "previous persistent checkpoint" in message
+    assert "train.exit_interval a multiple of checkpoint.save_interval" in message
+
+
+def test_5922_a_straggler_stop_with_local_saves_warns_and_neither_alone_does(bug_log):
+    add_job(script("checkpoint.save_interval=100"), local(), [_local_plugin()])
+    add_job(script(), local(), [StragglerDetectionPlugin(stop_if_detected=True)])
+    assert bug_warnings(bug_log, 5922) == []
+    add_job(
+        script("checkpoint.save_interval=100"),
+        local(),
+        [_local_plugin(), StragglerDetectionPlugin(stop_if_detected=True)],
+    )
+    assert bug_warnings(bug_log, 5922), bug_log.messages
+    assert all("NVRx straggler stop skip their persistent save" in m for m in bug_warnings(bug_log, 5922))

@@ -95,6 +95,7 @@ nrp_keep_function srun NRP_SRUN_CAPTURED
 srun() {
   local nrp_rc
   NRP_WATCH_PID=
+  case " $* " in *" ft_launcher "*) nrp_step_logs_mark "$@" ; : > "$NRP_SRUN_ERR" ;; esac
   if [ -n "${NRP_SILENT_NODE_TIMEOUT:-}" ] && [ "${SLURM_JOB_NUM_NODES:-1}" -gt 1 ]; then
     case " $* " in *" ft_launcher "*) nrp_watch_start "$@" ;; esac
   fi
@@ -117,8 +118,9 @@ nrp_silent_node_names() {  # the hung nodes the launchers' log shows (see above)
   $NRP_SCONTROL show hostnames "$SLURM_JOB_NODELIST" | awk -v want=" $* " 'index(want, " " (NR - 1) " ")'
 }
 nrp_exclude_failed_node() {
-  local nrp_line nrp_node nrp_excl nrp_all nrp_total nrp_count nrp_list nrp_why
-  nrp_line=$(grep -m1 -E '^srun: error: [A-Za-z0-9._-]+: tasks? [0-9,-]+: ' "$NRP_SRUN_ERR" 2>/dev/null)
+  local nrp_line nrp_node nrp_why
+  # (|| true: the template's `set -e` is on by now, and no such line is a case to handle, not an error)
+  nrp_line=$(grep -m1 -E '^srun: error: [A-Za-z0-9._-]+: tasks? [0-9,-]+: ' "$NRP_SRUN_ERR" 2>/dev/null) || true
   nrp_node=$(nrp_silent_node_names)
   if [ -n "$nrp_node" ]; then
     nrp_node=$(printf '%s\n' "$nrp_node" | paste -sd, -)
@@ -132,6 +134,10 @@ nrp_exclude_failed_node() {
       "requeue without excluding one"
     return 0
   fi
+  nrp_exclude_nodes "$nrp_node" "$nrp_why" || true
+}
+nrp_exclude_nodes() {  # NODES (comma-separated) WHY: exclude them from the requeued job; exit 1 when it cannot
+  local nrp_node=$1 nrp_why=$2 nrp_excl nrp_all nrp_total nrp_count nrp_list
   nrp_excl=$($NRP_SCONTROL show job "$SLURM_JOB_ID" -o | grep -oE 'ExcNodeList=[^ ]+' | cut -d= -f2)
   [ "$nrp_excl" != "(null)" ] || nrp_excl=
   nrp_all=$({ [ -z "$nrp_excl" ] || $NRP_SCONTROL show hostnames "$nrp_excl"; echo "$nrp_node" | tr , '\n'; } |
@@ -142,7 +148,7 @@ nrp_exclude_failed_node() {
   if [ -z "$nrp_total" ] || [ $(( nrp_total - nrp_count )) -lt "${SLURM_JOB_NUM_NODES:-1}" ]; then
     echo "nemo-resiliency-plugins: node $nrp_node $nrp_why but is not excluded: the partition would" \
       "have $(( ${nrp_total:-0} - nrp_count )) nodes left for a ${SLURM_JOB_NUM_NODES:-1}-node job"
-    return 0
+    return 1
   fi
   nrp_list=$($NRP_SCONTROL show hostlist "$(printf '%s\n' "$nrp_all" | paste -sd, -)")
   echo "nemo-resiliency-plugins: node $nrp_node $nrp_why: the requeued job excludes $nrp_list"
@@ -157,15 +163,38 @@ nrp_exclude_failed_node() {
 }
 nrp_keep_function scontrol NRP_SCONTROL
 scontrol() {
-  if [ "${1:-}" = requeue ] && [ -n "${NRP_NO_RESTART_EXIT_CODE:-}" ] &&
-      [ "${exitcode:-}" = "$NRP_NO_RESTART_EXIT_CODE" ]; then
-    echo "nemo-resiliency-plugins: ft_launcher exited with NVRx's no-restart code $exitcode (NVRx decided the job" \
-      "must not be restarted: no progress across restarts, or an attribution stop; the launcher log says which):" \
-      "not requeued, the job ends FAILED"
-    return 0
+  local nrp_reason nrp_node
+  if [ "${1:-}" = requeue ] && [ -n "${NRP_NO_RESTART_EXIT_CODE:-}" ] && [ "${exitcode:-0}" != 0 ]; then
+    nrp_reason=$(nrp_no_restart_reason)
+    if [ "$exitcode" = "$NRP_NO_RESTART_EXIT_CODE" ] || [ -n "$nrp_reason" ]; then
+      nrp_node="ft_launcher's no-restart code"
+      [ "$exitcode" = "$NRP_NO_RESTART_EXIT_CODE" ] ||
+        nrp_node="srun's code after one launcher exited $NRP_NO_RESTART_EXIT_CODE and the others were stopped"
+      echo "nemo-resiliency-plugins: NVRx decided the job must not be restarted (${nrp_reason:-reason not in the" \
+        "log}; step exit code $exitcode: $nrp_node): not requeued, no node excluded, the job ends FAILED with" \
+        "no-restart code $NRP_NO_RESTART_EXIT_CODE"
+      exitcode=$NRP_NO_RESTART_EXIT_CODE
+      return 0
+    fi
   fi
   if [ "${1:-}" = requeue ] && [ "${exitcode:-0}" != 0 ] && [ "${NRP_EXCLUDE_FAILED_NODES:-0}" = 1 ]; then
     nrp_exclude_failed_node
+  fi
+  if [ "${1:-}" = requeue ] && [ "${exitcode:-1}" = 0 ] && [ "${ANY_JOB_STEP_FAILED:-1}" = 0 ] &&
+      nrp_straggler_stopped; then
+    # Megatron Bridge saved and exited 0 on a straggler: requeue away from the slow node, or end the job if it
+    # cannot be left behind (the same node would be found slow again, and an exit 0 never counts as a failure).
+    nrp_node=$(nrp_straggler_nodes | paste -sd, -)
+    if [ -n "$nrp_node" ] && nrp_exclude_nodes "$nrp_node" "was reported as a straggler (training stopped)"; then
+      echo "nemo-resiliency-plugins: step exited 0 on a straggler stop: requeue without node $nrp_node"
+      $NRP_SCONTROL "$@"
+      return
+    fi
+    echo "nemo-resiliency-plugins: step exited 0 on a straggler stop, but no slow node of this job could be" \
+      "${nrp_node:+excluded}${nrp_node:-told from the report}: not requeued, the job ends FAILED (resubmit it" \
+      "when the slow node is out of the pool)"
+    exitcode=1
+    return 0
   fi
   if [ "${1:-}" = requeue ] && [ "${exitcode:-1}" = 0 ] && [ "${ANY_JOB_STEP_FAILED:-1}" = 0 ]; then
     if [ -z "${NRP_PREEMPTION_SIGNAL:-}" ]; then

@@ -84,10 +84,19 @@ def from_plugins(plugins: list[Any], params: RunParams, name: str = "yours") -> 
     pre = by_type.get("PreemptionPlugin")
     rerun = by_type.get("RerunStateMachinePlugin")
     sdc = rerun is not None and rerun.rerun_mode == "validate_results" and rerun.check_for_nan_in_loss
-    if "InProcessRestartPlugin" in by_type:
+    inproc = by_type.get("InProcessRestartPlugin")
+    soft = None
+    if inproc is not None:
         notes.append("in-process restart not modelled: costed as a launcher restart")
+        soft = float(inproc.soft_timeout)
+        if soft <= params.save_time_s:
+            # NVRx's progress watchdog sees no progress during a save: every save is interrupted, the re-entry
+            # resumes from the last completed checkpoint, and nothing newer is ever kept.
+            notes.append(f"in-process soft_timeout {soft:g} s <= save time: every save is interrupted")
+            mech = dataclasses.replace(mech, saves_complete=False)
     return dataclasses.replace(
         mech,
+        inprocess_soft_timeout_s=soft,
         preemption_handled=pre is not None and pre.enable_exit_handler,
         sdc_check=sdc,
         local_checkpoints=params.local_save_time_s is not None,

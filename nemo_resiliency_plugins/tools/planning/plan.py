@@ -216,7 +216,19 @@ def flags(
     out: list[Flag] = []
     lam = failures.cluster_rates(params.gpus)
     gpu_h = params.gpus / 3600.0
-    if not yours.saves_complete:
+    soft = yours.inprocess_soft_timeout_s
+    if soft is not None and soft <= params.save_time_s:
+        out.append(
+            Flag(
+                "InProcessRestartPlugin.soft_timeout",
+                f"{soft:g} s",
+                f"more than the longest save, a process's first included (> {params.save_time_s:g} s here)",
+                "NVRx's progress watchdog sees no progress while a save runs: every save is interrupted as a hang "
+                "and the in-process restart loops from the last completed checkpoint, nothing is ever kept",
+            )
+        )
+    checkpointing = yours.checkpointing_timeout_s
+    if not yours.saves_complete and checkpointing is not None and checkpointing <= params.save_time_s:
         timeout = yours.checkpointing_timeout_s or 0.0
         out.append(
             Flag(

@@ -105,7 +105,9 @@ class MechanismSet:
     crash_at_first_save: bool = False
     launcher_restarts: bool = True  # False: no ft_launcher, every fault ends the job (retries only)
     checkpointing_timeout_s: float | None = None  # the 'checkpointing' section timeout, if any
-    saves_complete: bool = True  # False: the checkpointing timeout kills every save (nothing is ever kept)
+    saves_complete: bool = True  # False: a timeout kills every save (nothing is ever kept)
+    #: InProcessRestartPlugin.soft_timeout, if any: not longer than a save, NVRx interrupts every save
+    inprocess_soft_timeout_s: float | None = None
     notes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:

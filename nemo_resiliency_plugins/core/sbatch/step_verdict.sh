@@ -1,0 +1,75 @@
+# nemo-resiliency-plugins: step verdicts
+# shellcheck shell=bash
+# What the training step's own log says about how it ended, for the requeue guard's scontrol function. srun's exit
+# code alone cannot say it on several nodes: srun returns the highest task exit code (or 128+signal), and NeMo-Run
+# runs it with --kill-on-bad-exit=1, so when one node's ft_launcher exits with NVRx's no-restart code the step is
+# torn down and the others end by SIGTERM: the batch shell sees 143, not 93. NVRx 0.7's launcher writes its verdict
+# nowhere but its log ("NVRx decided the job must not be restarted (<reason>)"), so that line, on any node, is the
+# verdict. A straggler stop exits 0 like a finished run; Megatron Bridge's "Exiting program due to straggler
+# detection." line and its last "STRAGGLER DETECTION WARNING ... Affected ranks: {StragglerId(rank=R, node='N')}"
+# report tell them apart and name the slow rank.
+NRP_STEP_LOGS=$(mktemp "${TMPDIR:-/tmp}/nrp-step-logs.XXXXXX")
+nrp_step_logs_mark() {  # the launchers' srun arguments: their --output/--error files and sizes before the step
+  local nrp_arg nrp_prev='' nrp_file
+  : > "$NRP_STEP_LOGS"
+  for nrp_arg in "$@"; do
+    nrp_file=
+    case "$nrp_prev" in --output|-o|--error|-e) nrp_file=$nrp_arg ;; esac
+    case "$nrp_arg" in --output=*|--error=*) nrp_file=${nrp_arg#*=} ;; esac
+    nrp_prev=$nrp_arg
+    [ -n "$nrp_file" ] || continue
+    nrp_file=${nrp_file//%j/$SLURM_JOB_ID}
+    case "$nrp_file" in *%*) continue ;; esac  # one file per task or node: not read
+    printf '%s %s\n' "$(stat -c %s "$nrp_file" 2>/dev/null || echo 0)" "$nrp_file" >> "$NRP_STEP_LOGS"
+  done
+}
+nrp_step_log() {  # what the last launchers' step wrote (its log files from the mark on), then srun's own stderr
+  local nrp_from nrp_file
+  while read -r nrp_from nrp_file; do
+    tail -c +"$(( nrp_from + 1 ))" "$nrp_file" 2>/dev/null
+  done < "$NRP_STEP_LOGS"
+  cat "$NRP_SRUN_ERR" 2>/dev/null
+}
+nrp_no_restart_reason() {  # NVRx's reason (no_progress, attribution_stop, ...) when any launcher gave one
+  nrp_step_log | grep -oE 'NVRx decided the job must not be restarted \([A-Za-z_]+\)' | head -n 1 |
+    sed -E 's/.*\(([A-Za-z_]+)\)$/\1/'
+}
+nrp_straggler_stopped() {  # exit 0 when the step ended on Megatron Bridge's straggler stop
+  nrp_step_log | grep -q 'Exiting program due to straggler detection'
+}
+nrp_straggler_nodes() {  # the job's nodes that host the ranks of the last straggler report, one a line
+  # A rank's node: the node name NVRx reports (the rank's host name) when it is one of the job's nodes, or the
+  # NodeHostName of exactly one of them; otherwise rank R is in node group R / ranks-per-node, and that group's
+  # launcher is the task whose log line says "Assigned active rank <group>" (NVRx's infra:<task> tag; task i
+  # runs on the i-th node of the allocation). Several nodes sharing one host name (the local test cluster) take
+  # the second way.
+  local nrp_hosts nrp_hostnames nrp_h
+  nrp_hosts=$($NRP_SCONTROL show hostnames "$SLURM_JOB_NODELIST" | paste -sd' ' -)
+  nrp_hostnames=$(for nrp_h in $nrp_hosts; do
+      $NRP_SCONTROL show node "$nrp_h" -o 2>/dev/null | grep -oE 'NodeHostName=[^ ]+' | cut -d= -f2 | head -n 1
+    done | paste -sd' ' -)
+  nrp_step_log | awk -v hosts="$nrp_hosts" -v hostnames="$nrp_hostnames" -v per="${SLURM_NTASKS_PER_NODE%%(*}" '
+    BEGIN { n = split(hosts, host, " "); split(hostnames, hname, " "); if (per !~ /^[0-9]+$/ || per < 1) per = 1 }
+    match($0, /infra:[0-9]+\(/) && match($0, /Assigned active rank [0-9]+/) {
+      line = $0; match(line, /infra:[0-9]+\(/); task = substr(line, RSTART + 6, RLENGTH - 7)
+      match(line, /Assigned active rank [0-9]+/); group = substr(line, RSTART + 21, RLENGTH - 21)
+      task_of[group] = task
+    }
+    /STRAGGLER DETECTION WARNING: .*Affected ranks:/ { report = $0 }
+    END {
+      rest = report
+      while (match(rest, /StragglerId\(rank=[0-9]+, node=.[^,)]*.\)/)) {
+        id = substr(rest, RSTART, RLENGTH); rest = substr(rest, RSTART + RLENGTH)
+        match(id, /rank=[0-9]+/); rank = substr(id, RSTART + 5, RLENGTH - 5)
+        match(id, /node=.[^,)]*./); name = substr(id, RSTART + 6, RLENGTH - 7); sub(/\..*/, "", name)
+        found = ""; same = 0
+        for (i = 1; i <= n; i++) if (host[i] == name) found = host[i]
+        if (found == "") { for (i = 1; i <= n; i++) if (hname[i] == name) { same++; cand = host[i] }; if (same == 1) found = cand }
+        if (found == "") {
+          group = int(rank / per); task = (group in task_of) ? task_of[group] : group
+          if (task + 1 <= n) found = host[task + 1]
+        }
+        if (found != "" && !(found in seen)) { seen[found] = 1; print found }
+      }
+    }'
+}
