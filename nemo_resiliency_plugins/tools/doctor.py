@@ -19,7 +19,7 @@ from typing import Any
 import nemo_run as run
 from nemo_run.core.execution.launcher import FaultTolerance, Torchrun
 
-from nemo_resiliency_plugins.core import known_bugs, nvrx_launcher
+from nemo_resiliency_plugins.core import front_program, known_bugs, nvrx_launcher
 from nemo_resiliency_plugins.core.hydra_overrides import OverrideSyntaxError, find_overrides
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
 from nemo_resiliency_plugins.tools.timeout_chain import timeout_chain
@@ -234,6 +234,11 @@ def check_job(
     # 9. Known Megatron Bridge bugs on this job's path, judged from the Megatron Bridge installed here.
     for finding in known_bugs.findings(task):
         checks.append(Check(f"known bug {finding.bug.ref}", finding.verdict, finding.line))
+
+    # 10. What the job's image needs of this package (issue 29): nothing where the plugins ship their programs as
+    #     files; the rank keeper as a module elsewhere. A warning: the image may well have it.
+    for line in front_program.image_needs(task):
+        checks.append(Check("the job's image has this package", "warn", line))
     return checks
 
 
