@@ -18,7 +18,7 @@ from typing import Any
 import fiddle as fdl
 import nemo_run as run
 
-from nemo_resiliency_plugins.core import known_bugs
+from nemo_resiliency_plugins.core import known_bugs, slurm_script
 
 EXECUTOR_KINDS = ("local", "slurm", "docker", "dgx-cloud", "lepton", "skypilot", "skypilot-jobs", "kubeflow")
 #: Kinds NeMo-Run can build only with its extras installed (``nemo_run[skypilot]``, ``nemo_run[kubeflow]``).
@@ -176,6 +176,11 @@ def explain(plugins: list[Any], task: Any, executor: Any, *, executor_kind: str,
     finally:
         package_logger.removeHandler(notes)
     result.notes = list(dict.fromkeys(notes.messages))  # once each, in order
+    # The rendered sbatch script still has what the Slurm requeue guard relies on in NeMo-Run's template (issue 29;
+    # set-up checked the template source already, this checks what NeMo-Run actually rendered).
+    problem = slurm_script.rendered_script_problem(result.command or "")
+    if problem is not None:
+        result.notes.append(problem)
     return result
 
 
