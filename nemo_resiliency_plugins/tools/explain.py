@@ -132,11 +132,11 @@ def _optional_executor(kind: str, *, nodes: int, ntasks_per_node: int, image: st
         cls = run.SkypilotExecutor if kind == "skypilot" else run.SkypilotJobsExecutor
         return cls(gpus="H100", gpus_per_node=ntasks_per_node, num_nodes=nodes)
     except (ImportError, AssertionError) as err:
-        raise ResiliencyConfigError(
-            "nemo-resiliency",
-            "--executor",
-            kind,
-            detail=f"NeMo-Run cannot build this executor here ({err}); pip install 'nemo_run[{extra}]'",
+        # A missing optional piece, not a bad argument (exit 3: tools/requirements.py).
+        from nemo_resiliency_plugins.tools.requirements import MissingModule
+
+        raise MissingModule(
+            f"--executor {kind}: NeMo-Run cannot build this executor here ({err}); pip install 'nemo_run[{extra}]'"
         ) from None
     except Exception as err:  # Kubeflow: no kubeconfig on this machine
         raise ResiliencyConfigError(

@@ -74,6 +74,10 @@ def host(request, wheel, tmp_path_factory) -> dict:
     assert made.returncode == 0, made.stderr
     python = str(venv / "bin" / "python")
     pip = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    # The pip a venv starts with is the interpreter's bundled one (23.0 on 3.10.13), whose resolver backtracks for
+    # minutes over NeMo-Run's dependencies: a current pip first, as a user's would be.
+    upgraded = subprocess.run([*pip, "--upgrade", "pip"], capture_output=True, text=True, timeout=600)
+    assert upgraded.returncode == 0, upgraded.stderr[-3000:]
     done = subprocess.run([*pip, str(wheel)], capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, f"pip install of {wheel.name} on Python {minor} failed:\n{done.stderr[-4000:]}"
     seconds = time.monotonic() - started
@@ -160,6 +164,10 @@ def test_the_cli_runs_every_command_on_every_recipe_without_a_traceback(host, tm
         # 0, or 1 where a plugin refused the job on that executor / doctor found a FAIL: never 2 (bad argument) or
         # 3 (a module missing) on a launching host.
         allowed = (0, 1) if r["argv"][0] in ("explain", "doctor") else (0,)
+        if r["code"] == 3 and r["argv"][0] == "explain" and r["argv"][3] in ("skypilot", "skypilot-jobs", "kubeflow"):
+            # NeMo-Run's own extras, not this package's dependencies: the one line names them.
+            assert "pip install 'nemo_run[" in r["stderr"] and r["stderr"].count("\n") == 1, where
+            continue
         assert r["code"] in allowed, where
         if r["argv"][0] in ("list", "show", "explain", "doctor", "plan") and "--json" in r["argv"]:
             json.loads(r["stdout"])  # the JSON output is JSON

@@ -53,7 +53,7 @@ def test_a_reserve_runs_each_rank_under_the_keeper_with_the_task_arguments_untou
     entrypoint, args, env = launch_command(job)
     assert entrypoint == "torchrun"
     assert args[args.index("--nproc-per-node") + 1] == "3"
-    assert args[args.index("--nproc-per-node") + 2] == job.task.path and "-m" not in args
+    assert job.task.path in args and KEEPER_MODULE not in args
     assert env[MODULE_ENV] == WORKLOAD
 
 
