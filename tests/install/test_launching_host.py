@@ -105,7 +105,7 @@ def test_the_venv_has_the_wheel_and_no_training_stack(host):
     out = subprocess.run([host["python"], "-c", code], capture_output=True, text=True, cwd=host["work"])
     assert out.returncode == 0, out.stderr
     location, present, matplotlib = json.loads(out.stdout)
-    assert location.startswith(str(host["work"])) and not Path(location).resolve().is_relative_to(REPO)
+    assert location.startswith(str(host["work"])) and "site-packages" in Path(location).parts
     assert present == [], f"the launching-host venv pulled in {present} through a declared dependency"
     assert matplotlib is False  # so the `plot` extra's message below is really exercised
 

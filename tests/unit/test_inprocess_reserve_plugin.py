@@ -123,17 +123,19 @@ def test_calculated_ft_timeouts_are_refused_with_a_reserve_and_fixed_ones_accept
     assert entrypoint == "ft_launcher" and job.task.path in args and kept(job)
 
 
-def test_where_no_file_can_be_shipped_the_keeper_is_the_module_and_the_log_says_what_the_image_needs(caplog):
+def test_where_no_file_can_be_shipped_the_keeper_is_the_module_and_the_log_says_what_the_image_needs():
     """DockerExecutor has no route for a file of this package: each rank runs the keeper module, so the image needs
-    the package; the plugin's log (which `explain` shows as a note) says exactly what to install."""
+    the package; the plugin's log line, which `explain` collects as a note, says exactly what to install."""
     import nemo_resiliency_plugins
+    from nemo_resiliency_plugins.tools.explain import explain
 
     docker = run.DockerExecutor(container_image="x", num_gpus=0, ntasks_per_node=3)
-    with caplog.at_level("WARNING", logger="nemo_resiliency_plugins"):
-        job = add_job(module_task(), docker, [reserve()])
+    job = add_job(module_task(), docker, [reserve()])
     assert (job.task.path, job.task.m) == (KEEPER_MODULE, True)
+    docker = run.DockerExecutor(container_image="x", num_gpus=0, ntasks_per_node=3)
+    result = explain([reserve()], module_task(), docker, executor_kind="docker")
     wanted = f"pip install --no-deps nemo-resiliency-plugins=={nemo_resiliency_plugins.__version__}"
-    assert any(wanted in r.getMessage() and "InProcessRestartPlugin" in r.getMessage() for r in caplog.records)
+    assert any(wanted in note and "InProcessRestartPlugin" in note for note in result.notes), result.notes
 
 
 def test_the_shipped_keeper_file_runs_a_rank_and_passes_its_exit_code_and_interpreter_options_on(tmp_path):
@@ -141,7 +143,7 @@ def test_the_shipped_keeper_file_runs_a_rank_and_passes_its_exit_code_and_interp
     real rank with the launcher's interpreter options (here -u) and passes its exit code on."""
     shipped = tmp_path / "0123456789ab-rank_keeper.py"
     shipped.write_text(keeper_source())
-    code = "import sys; print(sys.flags.unbuffered, sys.argv[1:]); sys.exit(5)"
+    code = "import sys; print('-u' in sys.orig_argv, sys.argv[1:]); sys.exit(5)"
     env = {k: v for k, v in os.environ.items() if k not in (MODULE_ENV, "PYTHONPATH")} | {SCRIPT_ENV: "-c"}
     out = subprocess.run(
         [sys.executable, "-I", "-u", str(shipped), code, "-m", "x"], env=env, capture_output=True, text=True, cwd="/"
@@ -149,7 +151,7 @@ def test_the_shipped_keeper_file_runs_a_rank_and_passes_its_exit_code_and_interp
     # -I: isolated, so nothing of this package can be imported by the keeper; -u reached the rank; "-m" in the
     # rank's own arguments is not taken for the keeper's.
     assert out.returncode == 5, out.stderr
-    assert out.stdout.strip() == "1 ['-m', 'x']", out.stdout
+    assert out.stdout.strip() == "True ['-m', 'x']", out.stdout
 
 
 # ------------------------------------------------------------------------------------------ the keeper itself

@@ -41,9 +41,11 @@ def _built_wheel() -> Path:
 
 def test_the_tests_import_the_installed_wheel_not_the_checkout():
     location = Path(nemo_resiliency_plugins.__file__).resolve()
+    checkout = REPO / "nemo_resiliency_plugins"  # (.venv itself may live in the repository: not the checkout)
     if os.environ.get("CI") == "true" or not _editable():
         assert not _editable(), "CI=true must test the wheel: .ci/setup-env installed the checkout editable"
-        assert not location.is_relative_to(REPO), f"the tests imported the checkout ({location}), not the wheel"
+        assert not location.is_relative_to(checkout), f"the tests imported the checkout ({location}), not the wheel"
+        assert "site-packages" in location.parts, location
         # A fresh interpreter of this environment, from a neutral directory, finds the same installed copy.
         out = subprocess.run(
             [sys.executable, "-c", "import nemo_resiliency_plugins as p; print(p.__file__)"],
@@ -53,7 +55,7 @@ def test_the_tests_import_the_installed_wheel_not_the_checkout():
         )
         assert Path(out.stdout.strip()).resolve() == location, out.stderr
     else:  # NRP_EDITABLE=1, local work: the environment points at this checkout, as asked
-        assert location.is_relative_to(REPO), location
+        assert location.is_relative_to(checkout), location
 
 
 def test_the_wheel_holds_every_file_of_the_package_and_the_installed_copy_is_that_wheel():
