@@ -123,19 +123,23 @@ def test_calculated_ft_timeouts_are_refused_with_a_reserve_and_fixed_ones_accept
     assert entrypoint == "ft_launcher" and job.task.path in args and kept(job)
 
 
-def test_where_no_file_can_be_shipped_the_keeper_is_the_module_and_the_log_says_what_the_image_needs():
+def test_where_no_file_can_be_shipped_the_keeper_is_the_module_and_doctor_says_what_the_image_needs():
     """DockerExecutor has no route for a file of this package: each rank runs the keeper module, so the image needs
-    the package; the plugin's log line, which `explain` collects as a note, says exactly what to install."""
+    the package; the line the plugin logs at set-up (front_program.image_needs) is doctor's warning too."""
     import nemo_resiliency_plugins
-    from nemo_resiliency_plugins.tools.explain import explain
+    from nemo_resiliency_plugins.core.front_program import image_needs
+    from nemo_resiliency_plugins.tools.doctor import check_job
 
     docker = run.DockerExecutor(container_image="x", num_gpus=0, ntasks_per_node=3)
     job = add_job(module_task(), docker, [reserve()])
     assert (job.task.path, job.task.m) == (KEEPER_MODULE, True)
-    docker = run.DockerExecutor(container_image="x", num_gpus=0, ntasks_per_node=3)
-    result = explain([reserve()], module_task(), docker, executor_kind="docker")
     wanted = f"pip install --no-deps nemo-resiliency-plugins=={nemo_resiliency_plugins.__version__}"
-    assert any(wanted in note and "InProcessRestartPlugin" in note for note in result.notes), result.notes
+    assert len(image_needs(job.task)) == 1 and wanted in image_needs(job.task)[0]
+    checks = check_job(job.task, job.executor, [reserve()])
+    found = [c for c in checks if c.name == "the job's image has this package"]
+    assert len(found) == 1 and found[0].verdict == "warn" and wanted in found[0].detail, found
+    # Where the keeper ships as a file, the image needs nothing of this package.
+    assert image_needs(add_job(module_task(), three_ranks(), [reserve()]).task) == []
 
 
 def test_the_shipped_keeper_file_runs_a_rank_and_passes_its_exit_code_and_interpreter_options_on(tmp_path):
