@@ -298,9 +298,9 @@ class FaultTolerancePlugin(run.Plugin):
                     "job has no excluded-node list",
                 )
             return
-        executor_config.set_env(
-            task, executor, "NRP_NO_RESTART_EXIT_CODE", str(nvrx_launcher.NO_RESTART_EXIT_CODE), plugin=name
-        )
+        code, source = nvrx_launcher.no_restart_exit_code()  # the installed NVRx's, where it is installed
+        executor_config.set_env(task, executor, "NRP_NO_RESTART_EXIT_CODE", str(code), plugin=name)
+        logger.debug("%s: NRP_NO_RESTART_EXIT_CODE=%s (%s)", name, code, source)
         exclude = self.exclude_failed_nodes
         if exclude is None:
             exclude = (executor_config.node_count(executor) or 1) > 1

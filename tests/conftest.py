@@ -23,6 +23,31 @@ os.environ.setdefault("COLUMNS", "200")
 REPO = Path(__file__).resolve().parent.parent
 
 
+def _import_the_installed_package() -> None:
+    """Import ``nemo_resiliency_plugins`` from the environment (the wheel .ci/setup-env installed), not from the
+    checkout, and keep it that way for the whole session (issue 29: the tests run what users install).
+
+    pytest puts the repository root first on ``sys.path`` (``tests`` is a package, and ``python -m pytest`` adds
+    the working directory), where the checkout's ``nemo_resiliency_plugins/`` would shadow the installed one. So
+    the package is imported once with the root left out, and the root goes to the END of ``sys.path``, where
+    ``tests`` and ``benchmarks`` are still found but the installed package comes first. With an editable install
+    (``NRP_EDITABLE=1 .ci/setup-env``, local work only) the environment itself points at the checkout.
+    tests/unit/test_installed_package.py checks the outcome.
+    """
+    here = [p for p in sys.path if Path(p or os.getcwd()).resolve() == REPO]
+    rest = [p for p in sys.path if p not in here]
+    sys.path[:] = rest
+    try:
+        import nemo_resiliency_plugins  # noqa: F401
+    except ImportError as err:
+        raise ImportError(f"nemo_resiliency_plugins is not installed in {sys.prefix}: run .ci/setup-env") from err
+    finally:
+        sys.path[:] = [p for p in sys.path if p not in here] + [str(REPO)]
+
+
+_import_the_installed_package()
+
+
 @pytest.fixture
 def nemorun_home() -> Path:
     return Path(os.environ["NEMORUN_HOME"])
@@ -44,6 +69,7 @@ def venv_bin() -> str:
 _FIRST = (
     "slurm",
     "docker",
+    "tests/install/test_launching_host.py",  # issue 29: two fresh venvs (pip installs), then dry runs
     "tests/smoke/test_benchmark_smoke.py",
     "tests/smoke/test_rehearse.py",
     "tests/testing/test_workload.py",
@@ -58,7 +84,7 @@ _FIRST = (
 
 # Files whose module-scoped fixtures launch jobs: each is one unit. Any other test is a unit of its own, so that
 # the fast tier (many short tests, the CLI's subprocesses) spreads over both workers.
-_WHOLE_FILES = ("tests/smoke/", "tests/testing/")
+_WHOLE_FILES = ("tests/smoke/", "tests/testing/", "tests/install/")  # install: its venvs are built once
 
 
 def _group(item: pytest.Item) -> str | None:

@@ -102,19 +102,55 @@ def check_script_entrypoint(task: Any, *, plugin: str) -> None:
     )
 
 
+#: The name :func:`executor_config.deliver_file` ships the rank keeper under (``<digest>-rank_keeper.py``).
+KEEPER_FILE = rank_keeper.KEEPER_FILE
+
+
+def keeper_source() -> str:
+    """The text of the rank keeper (standard library only, so the job needs nothing installed)."""
+    return Path(rank_keeper.__file__).read_text()
+
+
 def install_rank_keeper(task: Any, executor: Any, *, plugin: str, field: str) -> None:
     """Make every rank of ``task`` run under the rank keeper; refuse what cannot be kept.
 
     Only a ``run.Script`` naming a Python module or file can be re-targeted without touching its arguments: a
     ``run.Partial`` runs through NeMo-Run's own ``fdl_runner`` entry, and an inline script is a shell program.
+
+    Where the executor can carry a file of this package to the job (``ships_files``: Local, Slurm) the keeper
+    travels as that file, like the local-checkpoint guard, and the job's image needs nothing of this package.
+    Elsewhere each rank runs ``python -m nemo_resiliency_plugins.job.rank_keeper``: the log (and so ``explain``)
+    and ``doctor`` say the image needs this package (:func:`image_needs`).
     """
     why = (
         "a warm reserve needs each rank to run under nemo_resiliency_plugins.job.rank_keeper, so that a killed rank "
         "does not make the launcher tear the worker group down"
     )
-    kind, name = run_program_first(task, plugin=plugin, field=field, why=why, module=rank_keeper.KEEPER_MODULE)
+    problem = front_program_problem(task)
+    if problem is None and executor_config.ships_files(executor, plugin=plugin):
+        keeper = executor_config.deliver_file(executor, KEEPER_FILE, keeper_source(), plugin=plugin)
+        kind, name = run_program_first(task, plugin=plugin, field=field, why=why, path=keeper)
+    else:
+        kind, name = run_program_first(task, plugin=plugin, field=field, why=why, module=rank_keeper.KEEPER_MODULE)
+        for line in image_needs(task):
+            logger.warning("%s: %s", plugin, line)
     env = rank_keeper.MODULE_ENV if kind == "module" else rank_keeper.SCRIPT_ENV
     executor_config.set_env(task, executor, env, name, plugin=plugin, field=field)
+
+
+def image_needs(task: Any) -> list[str]:
+    """What the job's image must have installed of this package for ``task`` as the plugins left it (one sentence
+    each; empty when the job needs nothing of it). For the plugin's log, ``explain`` and ``doctor``."""
+    if not isinstance(task, run.Script) or not task.m or str(task.path) not in rank_keeper.KEEPER_NAMES:
+        return []
+    from nemo_resiliency_plugins import __version__
+
+    return [
+        f"each rank runs 'python -m {task.path}' (this executor has no route to ship the rank keeper as a file), so "
+        "the job's image must have this package installed: "
+        f"pip install --no-deps nemo-resiliency-plugins=={__version__} (the keeper is standard library only, so "
+        "--no-deps is enough)"
+    ]
 
 
 #: The name :func:`executor_config.deliver_file` ships the local-checkpoint guard under.

@@ -12,8 +12,12 @@ NVRx 0.7). Command-line flags override the file, so a value is never given both 
 
 from __future__ import annotations
 
+import ast
+import functools
+import importlib.util
 import json
 from collections.abc import Mapping
+from pathlib import Path
 
 from nemo_run.core.execution.launcher import FaultTolerance
 
@@ -26,8 +30,42 @@ ITERATION_FILE = "latest_checkpointed_iteration.txt"
 #: ft_launcher's exit code when NVRx decides the job must not be restarted (no progress across restarts, or an
 #: attribution stop): NVRx 0.7's ``DEFAULT_NO_RESTART_EXIT_CODE``, pinned by tests/contract/test_nvrx_launcher.py.
 #: NeMo-Run's launcher cannot pass ``--ft-no-restart-exit-code`` (and it has no environment fallback), so every
-#: job launched through NeMo-Run exits with this one.
+#: job launched through NeMo-Run exits with NVRx's default: :func:`no_restart_exit_code` reads it from the NVRx
+#: installed here, and this tested value is used where NVRx is not installed (a launching host).
 NO_RESTART_EXIT_CODE = 93
+#: Where NVRx defines it (read as source text: importing NVRx imports torch, which a launching host lacks).
+_NO_RESTART_SOURCE = ("fault_tolerance", "utils.py")
+_NO_RESTART_NAME = "DEFAULT_NO_RESTART_EXIT_CODE"
+
+
+@functools.lru_cache(maxsize=1)
+def no_restart_exit_code() -> tuple[int, str]:
+    """(NVRx's no-restart exit code, where it came from): read from the installed NVRx's source without importing
+    it; the tested value (NVRx 0.7.0) when NVRx is not installed here. An installed NVRx that no longer defines it
+    as a plain integer is reported in the second item, and the tested value is kept."""
+    try:
+        spec = importlib.util.find_spec("nvidia_resiliency_ext")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        return NO_RESTART_EXIT_CODE, f"NVRx is not installed here: the tested NVRx 0.7.0's {NO_RESTART_EXIT_CODE}"
+    path = Path(next(iter(spec.submodule_search_locations)), *_NO_RESTART_SOURCE)
+    try:
+        tree = ast.parse(path.read_text())
+    except (OSError, SyntaxError) as err:
+        return NO_RESTART_EXIT_CODE, f"cannot read {path} ({err}): the tested NVRx 0.7.0's {NO_RESTART_EXIT_CODE}"
+    for node in tree.body:
+        if (
+            isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == _NO_RESTART_NAME for t in node.targets)
+            and isinstance(node.value, ast.Constant)
+            and type(node.value.value) is int
+        ):
+            return node.value.value, f"NVRx's {_NO_RESTART_NAME} in {path}"
+    return NO_RESTART_EXIT_CODE, (
+        f"the installed NVRx has no integer {_NO_RESTART_NAME} in {path} (tested: NVRx 0.7.0): "
+        f"kept {NO_RESTART_EXIT_CODE}"
+    )
 
 
 def launcher(

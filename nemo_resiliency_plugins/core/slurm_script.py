@@ -8,6 +8,7 @@ real local Slurm.
 
 from __future__ import annotations
 
+import functools
 import re
 from importlib import resources
 from typing import Any
@@ -114,9 +115,71 @@ def guard_ft_requeue(executor: Any, *, plugin: str) -> None:
         return
     if _REQUEUE_GUARD_MARK in (executor.setup_lines or ""):
         return
+    problem = template_problem()
+    if problem is not None:
+        raise ResiliencyConfigError(plugin, "executor", "SlurmExecutor", detail=problem)
     _add_chain_helpers(executor)
     existing = executor.setup_lines
     executor.setup_lines = existing.rstrip("\n") + "\n" + _REQUEUE_GUARD
+
+
+#: What the requeue guard takes from NeMo-Run 0.11.1's sbatch templates (``slurm.sh.j2`` and the
+#: ``ft_launcher_slurm.j2`` macros it imports): each name with a pattern that must match the script outside this
+#: package's own blocks (multi-line mode). A NeMo-Run that renames one would leave the guard's function reading an
+#: empty variable or standing in for a call nobody makes: jobs requeued for ever, or never.
+TEMPLATE_CONTRACT: dict[str, str] = {
+    "TORCHX_MAX_RETRIES": r"^export TORCHX_MAX_RETRIES=",
+    "exitcode": r"^\s*exitcode=\$\?",
+    "ANY_JOB_STEP_FAILED": r"^\s*ANY_JOB_STEP_FAILED=",
+    "JOB_RESULTS_FILE": r"^\s*JOB_RESULTS_FILE=",
+    "FAULT_TOL_FINISHED_FLAG_FILE": r"^export FAULT_TOL_FINISHED_FLAG_FILE=",
+    "scontrol requeue": r"^\s*scontrol requeue ",
+}
+#: The templates NeMo-Run renders an ft_launcher sbatch script from (``nemo_run.core.execution`` package data).
+TEMPLATE_FILES = ("slurm.sh.j2", "ft_launcher_slurm.j2")
+
+
+def _nemo_run_version() -> str:
+    from nemo_resiliency_plugins.core.executors import nemo_run_version
+
+    return nemo_run_version()
+
+
+def missing_template_names(text: str) -> list[str]:
+    """The :data:`TEMPLATE_CONTRACT` names ``text`` (a rendered script, or the templates' source) lacks, looking
+    only outside this package's blocks (they mention the same names)."""
+    for block in (_REQUEUE_GUARD, _CHAIN_HELPERS):
+        text = text.replace(block, "")
+    return [name for name, pattern in TEMPLATE_CONTRACT.items() if re.search(pattern, text, re.MULTILINE) is None]
+
+
+def _contract_problem(missing: list[str], where: str) -> str:
+    return (
+        f"{where} of NeMo-Run {_nemo_run_version()} lacks {', '.join(missing)}, which the Slurm requeue guard of "
+        "FaultTolerancePlugin relies on (NeMo-Run 0.11.1's ft_launcher sbatch template); without them a job would be "
+        "requeued for ever or never. Install a NeMo-Run in the tested range (nemo-run>=0.11.1,<0.12)"
+    )
+
+
+def rendered_script_problem(script: str) -> str | None:
+    """For a rendered sbatch script (``explain``, the contract tests): why the requeue guard in it cannot work,
+    or None (no guard in it, or every name it relies on is there)."""
+    if _REQUEUE_GUARD_MARK not in script:
+        return None
+    missing = missing_template_names(script)
+    return _contract_problem(missing, "the sbatch script") if missing else None
+
+
+@functools.lru_cache(maxsize=1)
+def template_problem() -> str | None:
+    """At set-up, before anything is rendered: the same check on the templates NeMo-Run will render from."""
+    try:
+        folder = resources.files("nemo_run.core.execution") / "templates"
+        text = "\n".join((folder / name).read_text() for name in TEMPLATE_FILES)
+    except (OSError, ModuleNotFoundError) as err:
+        return _contract_problem(list(TEMPLATE_CONTRACT), f"the sbatch templates ({err})")
+    missing = missing_template_names(text)
+    return _contract_problem(missing, f"the sbatch templates {', '.join(TEMPLATE_FILES)}") if missing else None
 
 
 # ------------------------------------------------------------------- Slurm signal to the step's tasks only

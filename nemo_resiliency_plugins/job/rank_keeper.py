@@ -22,8 +22,10 @@ they exit with an error, so the launcher still restarts the worker group (ft_lau
 
 How a job gets it: :func:`nemo_resiliency_plugins.core.front_program.install_rank_keeper` (called by
 InProcessRestartPlugin when ``active_world_size`` leaves a reserve) turns a ``run.Script(path="pkg.train",
-m=True)`` task into ``run.Script(path="nemo_resiliency_plugins.job.rank_keeper", m=True)`` with the same
-arguments, and names the real target in the job's environment (``NRP_RANK_KEEPER_MODULE=pkg.train`` or
+m=True)`` task into one that runs this file, shipped with the job as ``<digest>-rank_keeper.py`` where the
+executor can carry a file (standard library only: the job's image needs nothing of this package), else
+``run.Script(path="nemo_resiliency_plugins.job.rank_keeper", m=True)`` (the image then needs the package), with
+the same arguments, and names the real target in the job's environment (``NRP_RANK_KEEPER_MODULE=pkg.train`` or
 ``NRP_RANK_KEEPER_SCRIPT=train.py``). The task's arguments are left as they were, so every plugin still reads
 and writes its Hydra overrides there. By hand::
 
@@ -38,12 +40,13 @@ import subprocess
 import sys
 import time
 
-__all__ = ["FORWARDED_SIGNALS", "KEEPER_MODULE", "MODULE_ENV", "SCRIPT_ENV", "STOP_SIGNALS", "main"]
+__all__ = ["FORWARDED_SIGNALS", "KEEPER_FILE", "KEEPER_MODULE", "MODULE_ENV", "SCRIPT_ENV", "STOP_SIGNALS", "main"]
 
 KEEPER_MODULE = "nemo_resiliency_plugins.job.rank_keeper"
 #: How a keeper shows in a process's argv (the module before 0.2 included, for jobs saved then).
 KEEPER_NAMES = frozenset({KEEPER_MODULE, "nemo_resiliency_plugins.rank_keeper"})
-KEEPER_FILE_SUFFIX = "/rank_keeper.py"
+#: The file name a plugin ships the keeper under is ``<12 hex digits>-rank_keeper.py`` (core/front_program.py).
+KEEPER_FILE = "rank_keeper.py"
 MODULE_ENV = "NRP_RANK_KEEPER_MODULE"
 SCRIPT_ENV = "NRP_RANK_KEEPER_SCRIPT"
 
@@ -66,8 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         sys.stderr.write(f"rank_keeper: set {MODULE_ENV}=<module> or {SCRIPT_ENV}=<script.py> (the real rank)\n")
         return 2
-    # The interpreter options the launcher gave the keeper (torchrun: -u) apply to the rank too.
-    options = sys.orig_argv[1 : sys.orig_argv.index("-m")] if "-m" in sys.orig_argv else []
+    options = _interpreter_options()
     child = subprocess.Popen([sys.executable, *options, *target, *args])
     forwarded: list[int] = []
 
@@ -101,6 +103,18 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
     return 128 + signum
+
+
+def _interpreter_options() -> list[str]:
+    """The interpreter options the launcher gave the keeper (torchrun: ``-u``), which apply to the rank too: what
+    comes before the keeper's file (run as a shipped file) or before ``-m`` (run as a module)."""
+    orig = list(getattr(sys, "orig_argv", []))
+    script = sys.argv[0] if sys.argv else ""
+    if script and script in orig[1:]:
+        return orig[1 : orig.index(script, 1)]
+    if "-m" in orig:
+        return orig[1 : orig.index("-m")]
+    return []
 
 
 def _wait_for_the_others(forwarded: list[int], interval_s: float = 0.5, settle_s: float = 3.0) -> str:
@@ -180,7 +194,7 @@ def _is_keeper(pid: int) -> bool:
         if arg in _OPTIONS_WITH_VALUE:
             next(args, None)
         elif not arg.startswith("-") or arg == "-":
-            return arg.endswith(KEEPER_FILE_SUFFIX)  # the script Python runs (ft_launcher's, for its forks)
+            return os.path.basename(arg).endswith(KEEPER_FILE)  # the script Python runs (ft_launcher's, for its forks)
         elif arg == "-c":
             return False
     return False

@@ -12,7 +12,10 @@ Every command takes ``--json`` for CI. ``explain`` and ``doctor`` launch nothing
 
 Errors: every bad argument (an unknown recipe or executor, a missing or foreign experiment directory, a bad
 number or time, a malformed ``--set``) ends the command with exit code 2 and one line on stderr,
-``nemo-resiliency <command>: error: <what was wrong>``; never a traceback, never silence. Stdout is
+``nemo-resiliency <command>: error: <what was wrong>``; never a traceback, never silence. A module the command
+needs that is not installed (matplotlib for ``--plot``, an incomplete installation) is exit code 3, with the
+same one line saying what to install (:mod:`nemo_resiliency_plugins.tools.requirements`), checked before any
+work. Stdout is
 redirected while NeMo-Run runs (its banners), so errors go to stderr, which stays visible.
 """
 
@@ -34,6 +37,14 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+
+from nemo_resiliency_plugins.tools.requirements import (
+    EXIT_MISSING_MODULE,
+    MissingModule,
+    import_failure_message,
+    require_plotting,
+    require_training_stack,
+)
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Resiliency recipes for NeMo-Run + Megatron Bridge.")
 console = Console()
@@ -67,6 +78,10 @@ def _guarded(command: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]
                 raise
             except UsageError as err:
                 _fail(command, str(err))
+            except MissingModule as err:  # an optional piece, checked before any work
+                _fail(command, str(err), EXIT_MISSING_MODULE)
+            except ImportError as err:  # not a bad argument: a module missing here (exit 3, not 2)
+                _fail(command, import_failure_message(err), EXIT_MISSING_MODULE)
             except Exception as err:  # noqa: BLE001 - the CLI's promise: one line, never a traceback
                 from nemo_resiliency_plugins.errors import ResiliencyConfigError
 
@@ -117,6 +132,23 @@ def _quiet():
 
 def _emit_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def _version(value: bool) -> None:
+    if value:
+        from nemo_resiliency_plugins import __version__
+
+        console.print(f"nemo-resiliency {__version__}", markup=False, highlight=False)
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", is_eager=True, callback=_version, help="Print the version and exit."
+    ),
+) -> None:
+    """Resiliency recipes for NeMo-Run + Megatron Bridge."""
 
 
 def _recipe(name: str):
@@ -399,13 +431,16 @@ def rehearse(
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Prove a recipe on this machine: inject each fault into a short local run; exit 1 if any is not survived."""
+    _positive("--ranks", ranks, integer=True)
+    _positive("--step-time", step_time)
+    _positive("--save-time", save_time)
+    if timeline:
+        require_plotting("--timeline")
+    require_training_stack("rehearse")  # the arguments first (exit 2), then what this machine lacks (exit 3)
     from nemo_resiliency_plugins.errors import ResiliencyConfigError
     from nemo_resiliency_plugins.tools.rehearse import rehearse as do_rehearse
     from nemo_resiliency_plugins.tools.rehearse import write_timeline
 
-    _positive("--ranks", ranks, integer=True)
-    _positive("--step-time", step_time)
-    _positive("--save-time", save_time)
     overrides = _parse_sets(sets or [])
     build = plugins_for(name, overrides)
     build()  # a bad --set or recipe field fails here, before anything runs
@@ -562,6 +597,8 @@ def plan(
         raise UsageError(f"--plot {plot!r}: expected a file name ending in .png")
     if plot is not None and not os.path.isdir(os.path.dirname(os.path.abspath(plot))):
         raise UsageError(f"--plot {plot!r}: its directory does not exist")
+    if plot is not None:
+        require_plotting("--plot")  # before the simulation, not after it
     failures = parse_failure_rate(failure_rate) if failure_rate is not None else PROFILES[failure_profile or "llama3"]()
     params = RunParams(
         gpus=gpus,

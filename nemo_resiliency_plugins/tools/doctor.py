@@ -19,7 +19,7 @@ from typing import Any
 import nemo_run as run
 from nemo_run.core.execution.launcher import FaultTolerance, Torchrun
 
-from nemo_resiliency_plugins.core import autoresume, executor_config, known_bugs, nvrx_launcher
+from nemo_resiliency_plugins.core import autoresume, executor_config, front_program, known_bugs, nvrx_launcher
 from nemo_resiliency_plugins.core.hydra_overrides import OverrideSyntaxError, find_overrides
 from nemo_resiliency_plugins.core.task_config import read_config_field
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
@@ -244,6 +244,12 @@ def _check_known_bugs(job: _Job) -> list[Check]:
 
 def _check_checkpoints(job: _Job) -> list[Check]:
     return _checkpoint_checks(job.task, job.executor)
+
+
+def _check_image_needs(job: _Job) -> list[Check]:
+    """What the job's image needs of this package: nothing where the plugins ship their programs as files; the
+    rank keeper as a module elsewhere. A warning: the image may well have it."""
+    return [Check("the job's image has this package", "warn", line) for line in front_program.image_needs(job.task)]
 
 
 def _check_container(job: _Job) -> list[Check]:
@@ -535,6 +541,7 @@ CHECKS = (
     _check_checkpoints,
     _check_timeout_chain,
     _check_known_bugs,
+    _check_image_needs,
     _check_container,
 )
 

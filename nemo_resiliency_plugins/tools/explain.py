@@ -17,7 +17,7 @@ from typing import Any
 import fiddle as fdl
 import nemo_run as run
 
-from nemo_resiliency_plugins.core import known_bugs
+from nemo_resiliency_plugins.core import known_bugs, slurm_script
 
 EXECUTOR_KINDS = ("local", "slurm", "docker", "dgx-cloud", "lepton", "skypilot", "skypilot-jobs", "kubeflow")
 #: Kinds NeMo-Run can build only with its extras installed (``nemo_run[skypilot]``, ``nemo_run[kubeflow]``).
@@ -131,11 +131,11 @@ def _optional_executor(kind: str, *, nodes: int, ntasks_per_node: int, image: st
         cls = run.SkypilotExecutor if kind == "skypilot" else run.SkypilotJobsExecutor
         return cls(gpus="H100", gpus_per_node=ntasks_per_node, num_nodes=nodes)
     except (ImportError, AssertionError) as err:
-        raise ResiliencyConfigError(
-            "nemo-resiliency",
-            "--executor",
-            kind,
-            detail=f"NeMo-Run cannot build this executor here ({err}); pip install 'nemo_run[{extra}]'",
+        # A missing optional piece, not a bad argument (exit 3: tools/requirements.py).
+        from nemo_resiliency_plugins.tools.requirements import MissingModule
+
+        raise MissingModule(
+            f"--executor {kind}: NeMo-Run cannot build this executor here ({err}); pip install 'nemo_run[{extra}]'"
         ) from None
     except Exception as err:  # Kubeflow: no kubeconfig on this machine
         raise ResiliencyConfigError(
@@ -175,6 +175,11 @@ def explain(plugins: list[Any], task: Any, executor: Any, *, executor_kind: str,
     finally:
         package_logger.removeHandler(notes)
     result.notes = list(dict.fromkeys(notes.messages))  # once each, in order
+    # The rendered sbatch script still has what the Slurm requeue guard relies on in NeMo-Run's template (issue 29;
+    # set-up checked the template source already, this checks what NeMo-Run actually rendered).
+    problem = slurm_script.rendered_script_problem(result.command or "")
+    if problem is not None:
+        result.notes.append(problem)
     return result
 
 

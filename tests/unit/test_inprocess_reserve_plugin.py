@@ -9,12 +9,14 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import nemo_run as run
 import pytest
 from nemo_run.core.execution.launcher import FaultTolerance
 
 from nemo_resiliency_plugins import FaultTolerancePlugin, ResiliencyConfigError
+from nemo_resiliency_plugins.core.front_program import keeper_source
 from nemo_resiliency_plugins.inprocess_restart import InProcessRestartPlugin
 from nemo_resiliency_plugins.job.rank_keeper import KEEPER_MODULE, MODULE_ENV, SCRIPT_ENV
 from tests.helpers import HANG_GUARD_S, TRAIN, add_job, launch_command
@@ -34,9 +36,16 @@ def reserve(**kw) -> InProcessRestartPlugin:
     return InProcessRestartPlugin(**({"granularity": "rank", "active_world_size": 2} | kw))
 
 
+def kept(job) -> bool:
+    """The task runs the rank keeper as the file LocalExecutor ships (issue 29: nothing of this package needed in
+    the job), with the keeper's exact text."""
+    path = Path(job.task.path)
+    return not job.task.m and path.name.endswith("-rank_keeper.py") and path.read_text() == keeper_source()
+
+
 def test_a_reserve_runs_each_rank_under_the_keeper_with_the_task_arguments_untouched():
     job = add_job(module_task("checkpoint.save=/tmp/ck"), three_ranks(), [reserve()])
-    assert (job.task.path, job.task.m) == (KEEPER_MODULE, True)
+    assert kept(job)
     assert job.executor.env_vars[MODULE_ENV] == WORKLOAD
     assert job.task.args[0] == "checkpoint.save=/tmp/ck"
     assert "++inprocess_restart.active_world_size=2" in job.task.args
@@ -44,13 +53,13 @@ def test_a_reserve_runs_each_rank_under_the_keeper_with_the_task_arguments_untou
     entrypoint, args, env = launch_command(job)
     assert entrypoint == "torchrun"
     assert args[args.index("--nproc-per-node") + 1] == "3"
-    assert args[args.index("-m") + 1] == KEEPER_MODULE
+    assert job.task.path in args and KEEPER_MODULE not in args
     assert env[MODULE_ENV] == WORKLOAD
 
 
 def test_a_script_file_is_named_by_path():
     job = add_job(run.Script(path=TRAIN, entrypoint="python"), three_ranks(), [reserve()])
-    assert job.executor.env_vars[SCRIPT_ENV] == TRAIN and job.task.path == KEEPER_MODULE
+    assert job.executor.env_vars[SCRIPT_ENV] == TRAIN and kept(job)
 
 
 @pytest.mark.parametrize("active", [None, 3])
@@ -72,7 +81,7 @@ def test_node_granularity_needs_whole_spare_nodes():
     job = add_job(
         module_task(), run.LocalExecutor(nodes=3, ntasks_per_node=2), [reserve(granularity="node", active_world_size=4)]
     )
-    assert job.task.path == KEEPER_MODULE
+    assert kept(job)
 
 
 def test_the_reserve_counts_nodes_times_tasks_per_node():
@@ -111,7 +120,42 @@ def test_calculated_ft_timeouts_are_refused_with_a_reserve_and_fixed_ones_accept
     job = add_job(module_task(), three_ranks(), [ft, reserve()])
     assert isinstance(job.executor.launcher, FaultTolerance)
     entrypoint, args, _ = launch_command(job)
-    assert entrypoint == "ft_launcher" and args[args.index("-m") + 1] == KEEPER_MODULE
+    assert entrypoint == "ft_launcher" and job.task.path in args and kept(job)
+
+
+def test_where_no_file_can_be_shipped_the_keeper_is_the_module_and_doctor_says_what_the_image_needs():
+    """DockerExecutor has no route for a file of this package: each rank runs the keeper module, so the image needs
+    the package; the line the plugin logs at set-up (front_program.image_needs) is doctor's warning too."""
+    import nemo_resiliency_plugins
+    from nemo_resiliency_plugins.core.front_program import image_needs
+    from nemo_resiliency_plugins.tools.doctor import check_job
+
+    docker = run.DockerExecutor(container_image="x", num_gpus=0, ntasks_per_node=3)
+    job = add_job(module_task(), docker, [reserve()])
+    assert (job.task.path, job.task.m) == (KEEPER_MODULE, True)
+    wanted = f"pip install --no-deps nemo-resiliency-plugins=={nemo_resiliency_plugins.__version__}"
+    assert len(image_needs(job.task)) == 1 and wanted in image_needs(job.task)[0]
+    checks = check_job(job.task, job.executor, [reserve()])
+    found = [c for c in checks if c.name == "the job's image has this package"]
+    assert len(found) == 1 and found[0].verdict == "warn" and wanted in found[0].detail, found
+    # Where the keeper ships as a file, the image needs nothing of this package.
+    assert image_needs(add_job(module_task(), three_ranks(), [reserve()]).task) == []
+
+
+def test_the_shipped_keeper_file_runs_a_rank_and_passes_its_exit_code_and_interpreter_options_on(tmp_path):
+    """The keeper as a file outside the package (what a job without this package installed runs): it starts the
+    real rank with the launcher's interpreter options (here -u) and passes its exit code on."""
+    shipped = tmp_path / "0123456789ab-rank_keeper.py"
+    shipped.write_text(keeper_source())
+    code = "import sys; print('-u' in sys.orig_argv, sys.argv[1:]); sys.exit(5)"
+    env = {k: v for k, v in os.environ.items() if k not in (MODULE_ENV, "PYTHONPATH")} | {SCRIPT_ENV: "-c"}
+    out = subprocess.run(
+        [sys.executable, "-I", "-u", str(shipped), code, "-m", "x"], env=env, capture_output=True, text=True, cwd="/"
+    )
+    # -I: isolated, so nothing of this package can be imported by the keeper; -u reached the rank; "-m" in the
+    # rank's own arguments is not taken for the keeper's.
+    assert out.returncode == 5, out.stderr
+    assert out.stdout.strip() == "True ['-m', 'x']", out.stdout
 
 
 # ------------------------------------------------------------------------------------------ the keeper itself

@@ -6,10 +6,15 @@
 
 An executor type not in the map (KubeRay, or one this package has not been checked against) is refused by
 name: a plugin must not guess how settings reach a job it has never seen.
+
+The map names NeMo-Run's classes and looks them up on ``nemo_run`` when an executor is checked, not when this
+module is imported: a class a NeMo-Run release renames or drops refuses that one executor (naming the class and
+the NeMo-Run version installed), and every other executor and plugin keeps working (issue 29).
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 from typing import Any
 
 import nemo_run as run
@@ -24,17 +29,44 @@ from nemo_resiliency_plugins.core.executors.skypilot import SkypilotJobsRules, S
 from nemo_resiliency_plugins.core.executors.slurm import SlurmRules
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
 
-#: Executor type -> its rules. A subclass of a listed executor gets its parent's rules.
-RULES: dict[type, type[ExecutorRules]] = {
-    run.LocalExecutor: LocalRules,
-    run.SlurmExecutor: SlurmRules,
-    run.DockerExecutor: DockerRules,
-    run.DGXCloudExecutor: DGXCloudRules,
-    run.LeptonExecutor: LeptonRules,
-    run.SkypilotExecutor: SkypilotRules,
-    run.SkypilotJobsExecutor: SkypilotJobsRules,
-    run.KubeflowExecutor: KubeflowRules,
+#: NeMo-Run executor class (by its name on the ``nemo_run`` module) -> its rules. A subclass of a listed executor
+#: gets its parent's rules. Checked against NeMo-Run 0.11.1 (tests/contract/test_version_coupling.py).
+RULES_BY_NAME: dict[str, type[ExecutorRules]] = {
+    "LocalExecutor": LocalRules,
+    "SlurmExecutor": SlurmRules,
+    "DockerExecutor": DockerRules,
+    "DGXCloudExecutor": DGXCloudRules,
+    "LeptonExecutor": LeptonRules,
+    "SkypilotExecutor": SkypilotRules,
+    "SkypilotJobsExecutor": SkypilotJobsRules,
+    "KubeflowExecutor": KubeflowRules,
 }
+
+
+def nemo_run_version() -> str:
+    try:
+        return importlib.metadata.version("nemo-run")
+    except importlib.metadata.PackageNotFoundError:  # a source checkout of NeMo-Run
+        return "(version unknown)"
+
+
+def executor_classes() -> dict[type, type[ExecutorRules]]:
+    """The NeMo-Run classes this NeMo-Run has, each with its rules; a name it lacks (or cannot import) is left out."""
+    found: dict[type, type[ExecutorRules]] = {}
+    for name, rules in RULES_BY_NAME.items():
+        try:
+            cls = getattr(run, name, None)
+        except Exception:  # noqa: BLE001 - a lazily imported class whose module fails: that executor only
+            cls = None
+        if isinstance(cls, type):
+            found[cls] = rules
+    return found
+
+
+def missing_executor_classes() -> list[str]:
+    """Names of the map that this NeMo-Run does not have (renamed or removed): those executors are refused."""
+    present = {cls.__name__ for cls in executor_classes()}
+    return [name for name in RULES_BY_NAME if name not in present]
 
 #: Executors refused by class name, with the reason and the alternative.
 REFUSED: dict[str, str] = {
@@ -47,21 +79,45 @@ REFUSED: dict[str, str] = {
 }
 
 #: The executor names this package supports, for messages.
-SUPPORTED = ", ".join(f"run.{cls.__name__}" for cls in RULES)
+SUPPORTED = ", ".join(f"run.{name}" for name in RULES_BY_NAME)
 
 
 def for_executor(executor: Any, *, plugin: str = "nemo-resiliency") -> ExecutorRules:
     """The rules object for ``executor``; a ``ResiliencyConfigError`` naming it when it has none."""
+    classes = executor_classes()
     for cls in type(executor).__mro__:
-        rules = RULES.get(cls)
+        rules = classes.get(cls)
         if rules is not None:
             return rules(executor=executor)
     name = type(executor).__name__
-    reason = REFUSED.get(name) or (
-        f"{name} is not an executor this package has been checked against (how env, files and retries reach its "
-        f"job); supported: {SUPPORTED}"
-    )
+    if name in RULES_BY_NAME and getattr(run, name, None) is not type(executor):
+        # The class is not the one NeMo-Run exports under that name (NeMo-Run renamed or moved it): its rules were
+        # checked against NeMo-Run 0.11.1's class, not this one.
+        reason = (
+            f"NeMo-Run {nemo_run_version()} does not export run.{name} as the class this package was checked against "
+            "(NeMo-Run 0.11.1); the plugins refuse this executor rather than guess how settings reach its job. "
+            "Install a NeMo-Run in the tested range (nemo-run>=0.11.1,<0.12)"
+        )
+    else:
+        reason = REFUSED.get(name) or (
+            f"{name} is not an executor this package has been checked against (how env, files and retries reach its "
+            f"job); supported: {SUPPORTED}"
+        )
+        gone = missing_executor_classes()
+        if gone:
+            reason += f" (NeMo-Run {nemo_run_version()} lacks {', '.join(gone)})"
     raise ResiliencyConfigError(plugin, "executor", name, detail=reason)
 
 
-__all__ = ["REFUSED", "RULES", "SUPPORTED", "ExecutorRules", "FaultToleranceWithSections", "for_executor", "node_count"]
+__all__ = [
+    "REFUSED",
+    "RULES_BY_NAME",
+    "SUPPORTED",
+    "ExecutorRules",
+    "FaultToleranceWithSections",
+    "executor_classes",
+    "for_executor",
+    "missing_executor_classes",
+    "nemo_run_version",
+    "node_count",
+]
