@@ -237,9 +237,7 @@ def check_this_rank(root: str, rank: str) -> None:
         )
     for name, why in report.left:
         _say(f"rank {rank}: could not check or set aside {os.path.join(rank_dir, name)}: {why}; left where it is")
-    _say(
-        f"rank {rank}: local checkpoints in {rank_dir} checked in {seconds:.3f} s, {len(report.set_aside)} set aside"
-    )
+    _say(f"rank {rank}: local checkpoints in {rank_dir} checked in {seconds:.3f} s, {len(report.set_aside)} set aside")
 
 
 def _next_program() -> tuple[str, str]:

@@ -37,9 +37,9 @@ class DGXCloudRules(ExecutorRules):
     default_grace_s: ClassVar[float | None] = 30.0
 
     def grace_period_s(self, plugin: str = "nemo-resiliency") -> float | None:
-        """``custom_spec`` is merged into the Run:ai workload's ``spec`` as it is (``DGXCloudExecutor.create_training_job``),
-        and the workload spec carries the pods' ``terminationGracePeriodSeconds``: the value there, else
-        Kubernetes' 30 s."""
+        """``custom_spec`` is merged into the Run:ai workload's ``spec`` as it is
+        (``DGXCloudExecutor.create_training_job``), and the workload spec carries the pods'
+        ``terminationGracePeriodSeconds``: the value there, else Kubernetes' 30 s."""
         return self.grace_setting(
             self.executor.custom_spec,
             "terminationGracePeriodSeconds",
