@@ -130,7 +130,10 @@ def put_in_front(
     """
     if program.role not in FRONT_ORDER:
         raise ResiliencyConfigError(plugin, None, detail=f"internal: unknown front program {program.role!r}")
-    _check_program_name(program, plugin=plugin)
+    problem = front_program_problem(task)
+    if problem is not None:
+        raise ResiliencyConfigError(plugin, field, None, detail=f"{why}; {problem}")
+    _check_program_name(program, plugin=plugin, field=field)
     for name in (CHAIN_ENV, *OLD_TARGET_ENVS):
         if isinstance(task, run.Script) and name in (task.env or {}):
             raise ResiliencyConfigError(
@@ -169,12 +172,12 @@ def put_in_front(
     logger.info("%s: each rank runs %s", plugin, " -> ".join(f"{p.name} ({p.role})" for p in chain))
 
 
-def _check_program_name(program: Program, *, plugin: str) -> None:
+def _check_program_name(program: Program, *, plugin: str, field: str) -> None:
     pattern = MODULE_NAME if program.kind == "module" else SCRIPT_PATH
     if pattern.fullmatch(program.name) is None:
         raise ResiliencyConfigError(
             plugin,
-            None,
+            field,
             program.name,
             "a module name or a .py path of letters, digits, '_', '.', '/', '-'",
             detail=f"the path of {program.role} goes into {CHAIN_ENV}; a NEMORUN_HOME or job directory with other "

@@ -19,7 +19,6 @@ import json
 import os
 import shutil
 import stat
-import subprocess
 import sys
 import tempfile
 import threading
@@ -45,6 +44,7 @@ from nemo_resiliency_plugins.job import local_checkpoint_guard as guard
 from nemo_resiliency_plugins.recipes import RECIPES
 from tests.helpers import add_job
 from tests.property.strategies import anything
+from tests.unit.test_hostile_round2 import run_in_own_group
 
 SCHEDULE = ["checkpoint.save=/tmp/nrp-h2p/ck", "checkpoint.load=/tmp/nrp-h2p/ck", "checkpoint.save_interval=100"]
 FAST = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -194,9 +194,7 @@ def test_any_plugin_order_gives_one_answer_and_starts_the_users_program_once(dat
     env = {**os.environ, **b.executor.env_vars, **(b.task.env or {}), "RANK": "0", "LOCAL_WORLD_SIZE": "1"}
     env["PYTHONPATH"] = os.pathsep.join([str(user_dir), str(Path(__file__).resolve().parents[2])])
     env[guard.DIR_ENV] = str(user_dir / "local")  # the recipe's node-local directory is not on this machine
-    done = subprocess.run(
-        [sys.executable, "-u", *head, *b.task.args], cwd=user_dir, env=env, capture_output=True, text=True, timeout=60
-    )
+    done = run_in_own_group([sys.executable, "-u", *head, *b.task.args], cwd=user_dir, env=env, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     runs = [line.split("\t") for line in done.stdout.splitlines() if line.startswith("NRP_USER_ARGV\t")]
     assert [(json.loads(argv), json.loads(chain)) for _, argv, chain in runs] == [(b.task.args, None)], done.stdout

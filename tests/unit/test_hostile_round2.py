@@ -7,6 +7,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import signal
 import subprocess
 import sys
 import zipfile
@@ -53,9 +54,27 @@ def run_ranks_program(job, cwd: Path, *, timeout: float = 60) -> subprocess.Comp
     head = ["-m", task.path] if task.m else [task.path]
     env = {**os.environ, **job.executor.env_vars, **(task.env or {}), "RANK": "0", "LOCAL_WORLD_SIZE": "1"}
     env["PYTHONPATH"] = os.pathsep.join([str(cwd), str(Path(__file__).resolve().parents[2])])
-    return subprocess.run(
-        [sys.executable, "-u", *head, *task.args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    return run_in_own_group([sys.executable, "-u", *head, *task.args], cwd=cwd, env=env, timeout=timeout)
+
+
+def run_in_own_group(cmd: list[str], *, cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    """Run ``cmd`` in a process group of its own; on timeout kill the whole group, so that a chain of programs
+    that keep starting each other (the bug of class 1) cannot outlive the test."""
+    proc = subprocess.Popen(
+        cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"still running after {timeout} s (a program chain that never reaches the task?)\n{out[-2000:]}")
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # anything the chain left behind
+        except ProcessLookupError:
+            pass
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 def user_runs(done: subprocess.CompletedProcess) -> list[tuple[list[str], str | None]]:
