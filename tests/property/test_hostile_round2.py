@@ -56,6 +56,8 @@ PROCESSES = settings(
 
 
 def _executors() -> dict[str, typing.Callable[..., typing.Any]]:
+    """Every executor the base environment can build (Kubeflow and SkyPilot need the executors overlay; their
+    rules are checked in tests/contract/test_executors_ft_sky_kubeflow.py)."""
     from tests.contract.test_executors_ft import dgxcloud, lepton
 
     def slurm(**kw):
@@ -63,19 +65,12 @@ def _executors() -> dict[str, typing.Callable[..., typing.Any]]:
         base = {"account": "a", "partition": "p", "nodes": 1, "ntasks_per_node": 2, "time": "00:30:00"}
         return run.SlurmExecutor(**{**base, **kw}, tunnel=run.LocalTunnel(job_dir=root), packager=run.Packager())
 
-    def kubeflow(**kw):
-        return run.KubeflowExecutor(
-            **{"image": "nvcr.io/nvidia/nemo:dev", "num_nodes": 1, "workdir_pvc": "pvc", "packager": run.Packager()}
-            | kw
-        )
-
     return {
         "LocalExecutor": lambda **kw: run.LocalExecutor(**{"ntasks_per_node": 2} | kw),
         "SlurmExecutor": slurm,
         "DockerExecutor": lambda **kw: run.DockerExecutor(**{"container_image": "x", "num_gpus": 0} | kw),
         "DGXCloudExecutor": lambda **kw: dgxcloud(**{"nodes": 1} | kw),
         "LeptonExecutor": lambda **kw: lepton(**kw),
-        "KubeflowExecutor": kubeflow,
     }
 
 
@@ -125,7 +120,6 @@ def test_every_executor_field_is_accepted_or_refused_by_name(where, value):
     [
         ("DockerExecutor", "additional_kwargs", "stop_timeout"),
         ("DGXCloudExecutor", "custom_spec", "terminationGracePeriodSeconds"),
-        ("KubeflowExecutor", "pod_spec_overrides", "terminationGracePeriodSeconds"),
     ],
 )
 @FAST

@@ -98,10 +98,10 @@ def test_front_programs_in_either_order_start_the_users_program_once_with_its_ex
     args = [*SCHEDULE, "-m", "x y", "--flag=a,b:c", "-u"]
     plugins = [reserve(), lcp()] if keeper_first else [lcp(), reserve()]
     job = add_job(run.Script(path="nrp_h2_user", m=True, entrypoint="python", args=list(args)), local2(), plugins)
-    assert (job.task.path, job.task.m) == (rank_keeper.KEEPER_MODULE, True)  # the keeper outermost, either order
     done = run_ranks_program(job, tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert user_runs(done) == [(job.task.args, None)], done.stdout[-3000:]
+    assert (job.task.path, job.task.m) == (rank_keeper.KEEPER_MODULE, True)  # the keeper outermost, either order
     assert job.task.args[: len(args)] == args
 
 
@@ -163,7 +163,7 @@ def run_guard(tmp_path: Path, root: Path, rank: str = "0") -> subprocess.Complet
         **os.environ,
         "RANK": rank,
         guard.DIR_ENV: str(root),
-        guard.CHAIN_ENV: f"local_checkpoint_guard:path:{shipped},task:module:nrp_h2_user",
+        guard.TARGET_ENV: "module:nrp_h2_user",  # as a job saved before the chain (the chain: tests above)
     }
     return subprocess.run(
         [sys.executable, str(shipped), "a"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
@@ -175,11 +175,6 @@ def test_a_file_that_disappears_under_the_guard_never_fails_the_start(tmp_path):
     name that is gone; then, for real, two guards at once on one directory of damaged files."""
     d = tmp_path / "local" / "0"
     d.mkdir(parents=True)
-    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        assert guard._set_aside(fd, "iter_0000001_0_local.pt") is None
-    finally:
-        os.close(fd)
     names = [f"iter_{i:07d}_0_local.pt" for i in range(1, 301)]
     contents = {name: damaged(d / name, bytes([65 + i % 26])) for i, name in enumerate(names)}
     shipped = tmp_path / "g.py"
@@ -189,7 +184,7 @@ def test_a_file_that_disappears_under_the_guard_never_fails_the_start(tmp_path):
         **os.environ,
         "RANK": "0",
         guard.DIR_ENV: str(tmp_path / "local"),
-        guard.CHAIN_ENV: f"local_checkpoint_guard:path:{shipped},task:module:nrp_h2_user",
+        guard.TARGET_ENV: "module:nrp_h2_user",
     }
     procs = [
         subprocess.Popen([sys.executable, str(shipped)], cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True)
@@ -202,6 +197,11 @@ def test_a_file_that_disappears_under_the_guard_never_fails_the_start(tmp_path):
     assert not any(n in kept for n in names)  # every damaged file is set aside ...
     for name, data in contents.items():  # ... and none is lost
         assert any(k.startswith(name) and k.endswith(guard.SET_ASIDE_SUFFIX) and v == data for k, v in kept.items())
+    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    try:  # the step that raised, on a name that is gone by then
+        assert guard._set_aside(fd, "iter_0000001_0_local.pt") is None
+    finally:
+        os.close(fd)
 
 
 def test_an_earlier_set_aside_file_is_never_replaced(tmp_path):
