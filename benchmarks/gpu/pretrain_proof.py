@@ -59,7 +59,8 @@ ALL = (
 # Where each job saves and loads: the plugins that check autoresume saw a placeholder checkpoint.save (prepare.py)
 # and set checkpoint.load to it; every job gets its own directory for both, as that setup would give it.
 JOB_DIR_FIELDS = ("checkpoint.save=", "checkpoint.load=", "checkpoint.non_persistent_local_ckpt_dir=")
-GUARD_ENV = ("NRP_RUN_TARGET", "NRP_LOCAL_CKPT_DIR")  # LocalCheckpointPlugin's guard (local_checkpoint_guard.py)
+# LocalCheckpointPlugin's guard (local_checkpoint_guard.py): the chain it was prepared with, the old target var, its dir
+GUARD_ENV = ("NRP_FRONT_CHAIN", "NRP_RUN_TARGET", "NRP_LOCAL_CKPT_DIR")
 
 
 def _float(job: Job, pattern: str, group: int = 1) -> float | None:
@@ -175,7 +176,8 @@ class Proof:
         if more.get("program_first") and program_first:
             entry = os.path.join(self.settings_dir, more["program_first"])
             # prepare.py's task ran another entry with other directories: this job's own, as job_args does
-            env |= {"NRP_RUN_TARGET": f"path:{ENTRY}", "NRP_LOCAL_CKPT_DIR": f"{save}_local"}
+            chain = f"local_checkpoint_guard:path:{entry},task:path:{ENTRY}"
+            env |= {"NRP_FRONT_CHAIN": chain, "NRP_LOCAL_CKPT_DIR": f"{save}_local"}
         cmd = [self.py, "-m", "nvidia_resiliency_ext.fault_tolerance.launcher"]
         cmd += ["--ft-workload_check_interval", str(lf["workload_check_interval"])]
         cmd += ["--ft-rank_termination_signal", lf["rank_termination_signal"], "--ft-log_level", lf["log_level"]]

@@ -348,7 +348,7 @@ def platform_stop(executor: Any, *, plugin: str) -> tuple[float | None, str]:
     """How the platform stops this executor's job: (SIGTERM -> SIGKILL grace in seconds if the executor says,
     a sentence for the user). For plugins whose mechanism depends on that signal (preemption)."""
     rules = for_executor(executor, plugin=plugin)
-    return rules.grace_period_s(), rules.preemption_note
+    return rules.grace_period_s(plugin), rules.preemption_note
 
 
 def signal_reaches_ranks(executor: Any, *, plugin: str) -> str | None:

@@ -2,9 +2,11 @@
 
 Two mechanisms need it: the warm-reserve rank keeper (:mod:`nemo_resiliency_plugins.job.rank_keeper`, installed by
 InProcessRestartPlugin) and the local-checkpoint guard (:mod:`nemo_resiliency_plugins.job.local_checkpoint_guard`,
-installed by LocalCheckpointPlugin). Both re-target a ``run.Script`` here and pass the program it ran before in
-the job's environment, so they chain in either order and every plugin still reads and writes its Hydra
-overrides in the task's arguments.
+installed by LocalCheckpointPlugin). Both re-target a ``run.Script`` through :func:`put_in_front`, which keeps
+one description of the whole chain in the job's environment (``NRP_FRONT_CHAIN``: each program in turn, then the
+task's own). Each program hands over to the next entry and drops its own, so any order of plugins gives the same
+job, the task's program starts exactly once with exactly its arguments, and every plugin still reads and writes
+its Hydra overrides in the task's arguments.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +30,7 @@ logger = logging.getLogger(__name__)
 #: (full match): a dotted module name, or a plain relative or absolute ``.py`` path.
 MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
 SCRIPT_PATH = re.compile(r"[A-Za-z0-9_./-]+\.py")
+_CHAIN_ENTRY = re.compile(r"([a-z_]+):(module|path):([^,:]+)")
 
 
 def front_program_problem(task: Any) -> str | None:
@@ -43,17 +47,32 @@ def front_program_problem(task: Any) -> str | None:
     return None
 
 
-def run_program_first(
-    task: Any, *, plugin: str, field: str, why: str, module: str | None = None, path: str | None = None
-) -> tuple[str, str]:
-    """Make the ``run.Script`` start ``module`` (``python -m``) or the Python file ``path`` in place of its own
-    program, with the same arguments (every plugin still reads and writes its overrides there).
+#: The order front programs run in, outermost (the process the launcher starts) first, whatever order the plugins
+#: that install them were listed in. The rank keeper must be the launcher's own worker process: it passes the
+#: launcher's signals on, outlives a killed rank, and finds the other keepers of its node by their command line.
+#: The guard then checks the rank's files in the rank's own process, right before the task's program.
+FRONT_ORDER = (rank_keeper.ROLE, local_checkpoint_guard.ROLE)
+#: The job's env var that describes the chain (one definition per job file, which must agree with this one).
+CHAIN_ENV = rank_keeper.CHAIN_ENV
+#: Env vars by which front programs found their successor before ``NRP_FRONT_CHAIN`` (still read by them, for
+#: jobs saved then and by hand): a value the user sets would be ignored under a chain, so it is refused.
+OLD_TARGET_ENVS = (rank_keeper.MODULE_ENV, rank_keeper.SCRIPT_ENV, local_checkpoint_guard.TARGET_ENV)
 
-    Returns the program it ran before, as ``("module", name)`` or ``("path", file)``, for the front program to
-    run next (its caller passes it on in the job's environment, hence the full-match checks). Programs put in
-    front by different plugins chain: the later one runs the earlier one. Refuses, naming ``field`` and
-    ``why`` the plugin needs it, a task that cannot be re-targeted.
-    """
+
+@dataclass(frozen=True)
+class Program:
+    """One entry of the chain: what runs (``python -m name`` or ``python name``) and who put it there."""
+
+    role: str
+    kind: str  # "module" or "path"
+    name: str
+
+    def entry(self) -> str:
+        return f"{self.role}:{self.kind}:{self.name}"
+
+
+def _task_program(task: Any, *, plugin: str, field: str, why: str) -> Program:
+    """The program ``task`` runs now; refuses (naming ``field`` and ``why``) one nothing can be put in front of."""
     problem = front_program_problem(task)
     if problem is not None:
         raise ResiliencyConfigError(plugin, field, None, detail=f"{why}; {problem}")
@@ -61,16 +80,109 @@ def run_program_first(
     if task.m:
         if MODULE_NAME.fullmatch(name) is None:
             raise ResiliencyConfigError(plugin, "task.path", name, "a Python module name (letters, digits, _ and .)")
-        original = ("module", name)
-    else:
-        if SCRIPT_PATH.fullmatch(name) is None:
-            raise ResiliencyConfigError(plugin, "task.path", name, "a .py path of letters, digits, '_', '.', '/', '-'")
-        original = ("path", name)
-    if (module is None) == (path is None):
-        raise ResiliencyConfigError(plugin, None, detail="internal: run_program_first needs a module or a path")
-    task.path, task.m = (module, True) if module is not None else (path, False)
-    logger.info("%s: each rank runs %s first (then %s %s)", plugin, task.path, *original)
-    return original
+        return Program("task", "module", name)
+    if SCRIPT_PATH.fullmatch(name) is None:
+        raise ResiliencyConfigError(plugin, "task.path", name, "a .py path of letters, digits, '_', '.', '/', '-'")
+    return Program("task", "path", name)
+
+
+def front_chain(task: Any, executor: Any, *, plugin: str) -> list[Program] | None:
+    """The chain a front program of this package put on ``task`` (what each rank runs, in order, ending with the
+    task's own program), or None when there is none."""
+    text = executor.env_vars.get(CHAIN_ENV)
+    if text is None:
+        return None
+    entries = [_CHAIN_ENTRY.fullmatch(part) for part in str(text).split(",")]
+    if None in entries or len(entries) < 2 or entries[-1].group(1) != "task":  # type: ignore[union-attr]
+        raise ResiliencyConfigError(
+            plugin, f"executor.env_vars[{CHAIN_ENV!r}]", text, detail=f"{CHAIN_ENV} is set by this package's plugins"
+        )
+    chain = [Program(*e.groups()) for e in entries]  # type: ignore[union-attr]
+    head = chain[0]
+    if (head.kind == "module") != bool(task.m) or head.name != str(task.path):
+        raise ResiliencyConfigError(
+            plugin,
+            "task.path",
+            task.path,
+            f"{head.name!r} (m={head.kind == 'module'}), the program a plugin put in front",
+            detail=f"task.path changed after a plugin put a program in front of it ({CHAIN_ENV}={text!r})",
+        )
+    return chain
+
+
+def put_in_front(
+    task: Any,
+    executor: Any,
+    program: Program,
+    *,
+    plugin: str,
+    field: str,
+    why: str,
+) -> None:
+    """Make each rank of the ``run.Script`` run ``program`` before the task's own program, with the task's arguments
+    untouched (every plugin still reads and writes its overrides there).
+
+    Order-free and idempotent: the chain of programs (``NRP_FRONT_CHAIN``, read by each program as it hands over,
+    see ``job/rank_keeper.pop_front_chain``) is kept in :data:`FRONT_ORDER` whatever order the plugins run in,
+    the task's own program is always its last entry (so it starts exactly once, with exactly its arguments), and
+    a program already in the chain is not added again. Refuses, naming ``field`` and ``why`` the plugin needs it,
+    a task that cannot be re-targeted.
+    """
+    if program.role not in FRONT_ORDER:
+        raise ResiliencyConfigError(plugin, None, detail=f"internal: unknown front program {program.role!r}")
+    problem = front_program_problem(task)
+    if problem is not None:
+        raise ResiliencyConfigError(plugin, field, None, detail=f"{why}; {problem}")
+    _check_program_name(program, plugin=plugin, field=field)
+    for name in (CHAIN_ENV, *OLD_TARGET_ENVS):
+        if isinstance(task, run.Script) and name in (task.env or {}):
+            raise ResiliencyConfigError(
+                plugin, f"task.env[{name!r}]", task.env[name], "unset", detail=f"{name} is set by {plugin} ({why})"
+            )
+    for name in OLD_TARGET_ENVS:
+        if name in executor.env_vars:
+            raise ResiliencyConfigError(
+                plugin,
+                f"executor.env_vars[{name!r}]",
+                executor.env_vars[name],
+                "unset",
+                detail=f"{plugin} names the program each rank runs in {CHAIN_ENV} ({why}); {name} would be ignored",
+            )
+    chain = front_chain(task, executor, plugin=plugin)
+    if chain is None:
+        chain = [_task_program(task, plugin=plugin, field=field, why=why)]
+    same_role = [p for p in chain if p.role == program.role]
+    if same_role:
+        if same_role[0] == program:
+            return  # the plugin was listed twice: already in place
+        raise ResiliencyConfigError(
+            plugin,
+            field,
+            program.name,
+            detail=f"each rank already runs {same_role[0].name} as {program.role} ({CHAIN_ENV}); two cannot be chained",
+        )
+    rank = FRONT_ORDER.index(program.role)
+    at = next((i for i, p in enumerate(chain) if p.role == "task" or FRONT_ORDER.index(p.role) > rank), len(chain))
+    chain = [*chain[:at], program, *chain[at:]]
+    if CHAIN_ENV in executor.env_vars:  # ours (front_chain checked it): rewritten whole
+        del executor.env_vars[CHAIN_ENV]
+    text = ",".join(p.entry() for p in chain)
+    executor_config.set_env(task, executor, CHAIN_ENV, text, plugin=plugin, field=field)
+    task.path, task.m = chain[0].name, chain[0].kind == "module"
+    logger.info("%s: each rank runs %s", plugin, " -> ".join(f"{p.name} ({p.role})" for p in chain))
+
+
+def _check_program_name(program: Program, *, plugin: str, field: str) -> None:
+    pattern = MODULE_NAME if program.kind == "module" else SCRIPT_PATH
+    if pattern.fullmatch(program.name) is None:
+        raise ResiliencyConfigError(
+            plugin,
+            field,
+            program.name,
+            "a module name or a .py path of letters, digits, '_', '.', '/', '-'",
+            detail=f"the path of {program.role} goes into {CHAIN_ENV}; a NEMORUN_HOME or job directory with other "
+            "characters cannot be named there",
+        )
 
 
 def check_script_entrypoint(task: Any, *, plugin: str) -> None:
@@ -126,16 +238,15 @@ def install_rank_keeper(task: Any, executor: Any, *, plugin: str, field: str) ->
         "a warm reserve needs each rank to run under nemo_resiliency_plugins.job.rank_keeper, so that a killed rank "
         "does not make the launcher tear the worker group down"
     )
-    problem = front_program_problem(task)
-    if problem is None and executor_config.ships_files(executor, plugin=plugin):
-        keeper = executor_config.deliver_file(executor, KEEPER_FILE, keeper_source(), plugin=plugin)
-        kind, name = run_program_first(task, plugin=plugin, field=field, why=why, path=keeper)
+    if front_program_problem(task) is None and executor_config.ships_files(executor, plugin=plugin):
+        path = executor_config.deliver_file(executor, KEEPER_FILE, keeper_source(), plugin=plugin)
+        keeper = Program(rank_keeper.ROLE, "path", path)
     else:
-        kind, name = run_program_first(task, plugin=plugin, field=field, why=why, module=rank_keeper.KEEPER_MODULE)
+        keeper = Program(rank_keeper.ROLE, "module", rank_keeper.KEEPER_MODULE)
+    put_in_front(task, executor, keeper, plugin=plugin, field=field, why=why)
+    if keeper.kind == "module":
         for line in image_needs(task):
             logger.warning("%s: %s", plugin, line)
-    env = rank_keeper.MODULE_ENV if kind == "module" else rank_keeper.SCRIPT_ENV
-    executor_config.set_env(task, executor, env, name, plugin=plugin, field=field)
 
 
 def image_needs(task: Any) -> list[str]:
@@ -176,8 +287,6 @@ def install_local_checkpoint_guard(
     """Ship the guard with the job and make each rank run it before the task's program."""
     why = "fallback_on_unreadable checks each rank's local checkpoints before the training script starts"
     guard = executor_config.deliver_file(executor, GUARD_FILE, guard_source(), plugin=plugin)
-    kind, program = run_program_first(task, plugin=plugin, field=field, why=why, path=guard)
-    executor_config.set_env(
-        task, executor, local_checkpoint_guard.TARGET_ENV, f"{kind}:{program}", plugin=plugin, field=field
-    )
+    program = Program(local_checkpoint_guard.ROLE, "path", guard)
+    put_in_front(task, executor, program, plugin=plugin, field=field, why=why)
     executor_config.set_env(task, executor, local_checkpoint_guard.DIR_ENV, local_dir, plugin=plugin, field=dir_field)

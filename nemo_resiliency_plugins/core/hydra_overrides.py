@@ -12,6 +12,7 @@ plugin's value is exactly what the job will read, and a malformed override is fo
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import re
@@ -138,7 +139,75 @@ def find_overrides(args: Sequence[str]) -> list[Override]:
         parsed = _hydra_parse(arg)
         value = None if match.group("prefix") == "~" else parsed.value()
         found.append(Override(index, match.group("prefix"), match.group("key"), match.group("value"), value))
-    return found
+    return resolve_references(found)
+
+
+#: A value that is only a reference to another config node: ``${checkpoint.save}`` (absolute) or ``${.save}``
+#: (relative: one dot is the node's own section, each further dot one section up). Resolvers (``${oc.env:X}``)
+#: and text around a reference are not: they depend on the job's environment or need OmegaConf's grammar.
+_NODE_REFERENCE = re.compile(r"\$\{(\.*)([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)\}")
+_MISSING = object()
+
+
+def resolve_references(overrides: Sequence[Override]) -> list[Override]:
+    """``overrides`` with each value that names another node (``checkpoint.load=${checkpoint.save}``) replaced by
+    that node's value, where the overrides themselves set it.
+
+    Megatron Bridge applies every override, then resolves interpolations over the whole config
+    (``OmegaConf.to_container(..., resolve=True)`` in ``process_config_with_overrides``), so such a value is the
+    referenced node's *final* value: the last override of that key. A reference to a node the overrides do not
+    set (the recipe's value, invisible here), a resolver, or a cycle is left as written.
+    """
+    final: dict[str, Any] = {}
+    for override in overrides:
+        if override.prefix == "~":
+            for key in [k for k in final if k == override.key or k.startswith(override.key + ".")]:
+                del final[key]
+            continue
+        final[override.key] = override.value
+    resolved = []
+    for override in overrides:
+        value = _follow(override.key, override.value, final, depth=0)
+        resolved.append(override if value is _MISSING else dataclasses.replace(override, value=value))
+    return resolved
+
+
+def _follow(key: str, value: Any, final: Mapping[str, Any], depth: int) -> Any:
+    """What ``value`` (the value of ``key``) stands for when it is a node reference, else ``_MISSING``.
+
+    References are followed as far as the overrides go; one that ends at a node the overrides do not set is
+    written in its absolute form (``${.save}`` in ``checkpoint`` -> ``${checkpoint.save}``), so two keys that end
+    at the same unknown node, or at the same resolver text, still compare equal.
+    """
+    match = _NODE_REFERENCE.fullmatch(value) if isinstance(value, str) else None
+    if match is None or depth > 16:  # not a reference, or a cycle (the job fails on it; left as written)
+        return _MISSING
+    dots, path = match.groups()
+    if dots:
+        parent = key.split(".")[:-1]
+        up = len(dots) - 1
+        if up > len(parent):
+            return _MISSING
+        path = ".".join([*parent[: len(parent) - up], path])
+    target = _lookup(final, path)
+    if target is _MISSING:
+        return "${" + path + "}"
+    deeper = _follow(path, target, final, depth + 1)
+    return target if deeper is _MISSING else deeper
+
+
+def _lookup(final: Mapping[str, Any], path: str) -> Any:
+    """The value the overrides give ``path``: set directly, or inside a mapping set on a section above it."""
+    if path in final:
+        return final[path]
+    parts = path.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        node = final.get(".".join(parts[:cut]), _MISSING)
+        for part in parts[cut:]:
+            node = node.get(part, _MISSING) if isinstance(node, Mapping) else _MISSING
+        if node is not _MISSING:
+            return node
+    return _MISSING
 
 
 def parse_value(text: str) -> Any:

@@ -75,6 +75,14 @@ _CHAIN_HELPERS_MARK = "# nemo-resiliency-plugins: chaining helpers"
 _CHAIN_HELPERS = _block("chain_helpers.sh")
 
 
+def check_setup_lines(executor: Any, *, plugin: str) -> None:
+    """``executor.setup_lines`` must be text (or None) before a block is added to it: NeMo-Run pastes it into the
+    sbatch script as it is, and a block can only be added to text."""
+    value = executor.setup_lines
+    if value is not None and not isinstance(value, str):
+        raise ResiliencyConfigError(plugin, "executor.setup_lines", value, "a string of shell lines, or None")
+
+
 def _add_chain_helpers(executor: Any) -> None:
     existing = executor.setup_lines or ""
     if _CHAIN_HELPERS_MARK not in existing:
@@ -113,6 +121,7 @@ def guard_ft_requeue(executor: Any, *, plugin: str) -> None:
     """
     if not _is_slurm(executor):
         return
+    check_setup_lines(executor, plugin=plugin)
     if _REQUEUE_GUARD_MARK in (executor.setup_lines or ""):
         return
     problem = template_problem()
@@ -204,6 +213,7 @@ def forward_batch_signal_to_tasks(executor: Any, signal_name: str, *, plugin: st
         return
     if not re.fullmatch(r"[A-Z][A-Z0-9]*", signal_name or ""):
         raise ResiliencyConfigError(plugin, None, detail=f"internal: bad signal name {signal_name!r}")
+    check_setup_lines(executor, plugin=plugin)
     existing = executor.setup_lines or ""
     # The signal is forwarded first; a trap the user's setup_lines set for it runs after.
     # (nrp_forward_signal runs NRP_USER_SIGNAL_TRAP, captured just before).

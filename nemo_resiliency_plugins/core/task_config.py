@@ -24,8 +24,8 @@ decides *how* for each task type:
 
 A program in front of the task's own
     Some mechanisms must run code in each rank's process before the training script starts (the rank keeper of
-    in-process restart with a reserve, the local checkpoint check). :func:`run_program_first` re-targets a
-    ``run.Script`` at that program, arguments untouched, and hands back the original for it to run next.
+    in-process restart with a reserve, the local checkpoint check). ``front_program.put_in_front`` re-targets a
+    ``run.Script`` at that program, arguments untouched, and names what runs next in the job's environment.
 
 ``script_args_converter_fn``
     Megatron Bridge's escape hatch for scripts with other argument styles: when a plugin has one, the
@@ -154,6 +154,8 @@ def config_field_seen(task: run.Script | fdl.Buildable, section: str, field: str
         for override in script_overrides(task, plugin=plugin):
             if override.key == f"{section}.{field}":
                 seen, found = True, None if override.prefix == "~" else override.value
+            elif override.key == section and _removes_section(override):
+                seen, found = True, None  # ``~section`` and ``section=null``: no section, so no field (one answer)
             elif override.key == section and isinstance(override.value, dict) and field in override.value:
                 seen, found = True, override.value[field]
         return seen, found
@@ -184,8 +186,10 @@ def read_config_field(task: run.Script | fdl.Buildable, section: str, field: str
     if isinstance(task, run.Script):
         found = None
         for override in script_overrides(task, plugin=plugin):
-            if override.key == f"{section}.{field}" and override.prefix != "~":
-                found = override.value
+            if override.key == f"{section}.{field}":
+                found = None if override.prefix == "~" else override.value
+            elif override.key == section and _removes_section(override):
+                found = None
             elif override.key == section and isinstance(override.value, dict) and field in override.value:
                 found = override.value[field]
         return found
@@ -333,13 +337,19 @@ def _set_whole_section(task, args, overrides, section: Section, values, plugin: 
     return [Change(plugin, "override " + " ".join(new))]
 
 
+def _removes_section(override: Override) -> bool:
+    """``~section`` deletes a section and ``section=null`` sets it to None: the same removal in Hydra's grammar,
+    so every rule that reads a section treats both alike."""
+    return override.prefix == "~" or override.value is None
+
+
 def _refuse_section_removal(plugin: str, section: Section, override: Override, shown: str) -> None:
     """One rule for every way of saying "no such section": ``~ft`` deletes it and ``ft=null`` sets it to None.
 
     Both contradict a plugin that needs the section, so both are refused (never silently overridden), for
     sections Megatron Bridge creates (``train``) and those it leaves None (``ft``) alike.
     """
-    if override.prefix == "~" or override.value is None:
+    if _removes_section(override):
         how = "deletes" if override.prefix == "~" else "sets to null"
         raise ResiliencyConfigError(
             plugin,

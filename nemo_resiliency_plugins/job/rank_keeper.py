@@ -25,9 +25,10 @@ InProcessRestartPlugin when ``active_world_size`` leaves a reserve) turns a ``ru
 m=True)`` task into one that runs this file, shipped with the job as ``<digest>-rank_keeper.py`` where the
 executor can carry a file (standard library only: the job's image needs nothing of this package), else
 ``run.Script(path="nemo_resiliency_plugins.job.rank_keeper", m=True)`` (the image then needs the package), with
-the same arguments, and names the real target in the job's environment (``NRP_RANK_KEEPER_MODULE=pkg.train`` or
-``NRP_RANK_KEEPER_SCRIPT=train.py``). The task's arguments are left as they were, so every plugin still reads
-and writes its Hydra overrides there. By hand::
+the same arguments, and describes what runs next in the job's environment: ``NRP_FRONT_CHAIN`` (see
+:func:`pop_front_chain`; shared with the local-checkpoint guard, so the two compose in either plugin order).
+The task's arguments are left as they were, so every plugin still reads and writes its Hydra overrides there.
+By hand (the form jobs saved before the chain also use)::
 
     NRP_RANK_KEEPER_MODULE=pkg.train torchrun --nproc-per-node=3 -m nemo_resiliency_plugins.job.rank_keeper [args...]
 """
@@ -35,12 +36,25 @@ and writes its Hydra overrides there. By hand::
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 
-__all__ = ["FORWARDED_SIGNALS", "KEEPER_FILE", "KEEPER_MODULE", "MODULE_ENV", "SCRIPT_ENV", "STOP_SIGNALS", "main"]
+__all__ = [
+    "CHAIN_ENV",
+    "FORWARDED_SIGNALS",
+    "KEEPER_FILE",
+    "KEEPER_MODULE",
+    "MODULE_ENV",
+    "ROLE",
+    "SCRIPT_ENV",
+    "STOP_SIGNALS",
+    "interpreter_options",
+    "main",
+    "pop_front_chain",
+]
 
 KEEPER_MODULE = "nemo_resiliency_plugins.job.rank_keeper"
 #: How a keeper shows in a process's argv (the module before 0.2 included, for jobs saved then).
@@ -49,6 +63,8 @@ KEEPER_NAMES = frozenset({KEEPER_MODULE, "nemo_resiliency_plugins.rank_keeper"})
 KEEPER_FILE = "rank_keeper.py"
 MODULE_ENV = "NRP_RANK_KEEPER_MODULE"
 SCRIPT_ENV = "NRP_RANK_KEEPER_SCRIPT"
+#: This program's name in ``NRP_FRONT_CHAIN``.
+ROLE = "rank_keeper"
 
 # Signals a launcher sends its workers (stop, NVRx ft_launcher's rank-termination signal, Slurm's warning).
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
@@ -60,17 +76,101 @@ def _say(message: str) -> None:
     sys.stdout.flush()
 
 
+# ------------------------------------------------------------------------------------------------------------
+# NRP_FRONT_CHAIN: the programs each rank runs, in order, the one running now first. The same function is in
+# local_checkpoint_guard.py (each file is shipped alone, standard library only); a test keeps the two identical.
+CHAIN_ENV = "NRP_FRONT_CHAIN"
+_CHAIN_ENTRY = re.compile(r"([a-z_]+):(module|path):([^,:]+)")
+
+
+def pop_front_chain(role: str) -> tuple[str, str] | None:
+    """What runs after this program, as ``(kind, name)`` (``kind`` is ``module`` or ``path``); None without a chain.
+
+    ``NRP_FRONT_CHAIN`` is ``role:kind:name,role:kind:name,...,task:kind:name``: the program running now (the
+    one the launcher started, or the one before it handed over to), the programs still to run, and last the
+    task's own. This program drops its own entry and leaves the rest in ``os.environ`` for the next one, which
+    inherits it (a child process, or code run in this process). When only the task's own program is left, the
+    variable is removed: the task starts exactly once, with its own arguments and an environment without it.
+    Each front program reads its successor only from here, never from ``sys.argv``, so no order of front
+    programs can make one start another again.
+    """
+    text = os.environ.get(CHAIN_ENV)
+    if text is None:
+        return None
+    entries = [_CHAIN_ENTRY.fullmatch(part) for part in text.split(",")]
+    if len(entries) < 2 or None in entries or entries[0].group(1) != role or entries[-1].group(1) != "task":
+        raise SystemExit(
+            f"[{role}] {CHAIN_ENV}={text!r}: expected '{role}:<module|path>:<name>,...,task:<module|path>:<name>'"
+        )
+    rest = entries[1:]
+    if len(rest) == 1:
+        del os.environ[CHAIN_ENV]
+    else:
+        os.environ[CHAIN_ENV] = ",".join(entry.group(0) for entry in rest)
+    return rest[0].group(2), rest[0].group(3)
+
+
+# ------------------------------------------------------------------------------------------------------------
+
+
+def interpreter_options(orig_argv: list[str]) -> list[str]:
+    """The options ``orig_argv`` gave the Python interpreter itself (e.g. torchrun's ``-u``), in order.
+
+    Python reads its own options up to the first word that names what to run: a script path, ``-``, or the
+    ``-m`` / ``-c`` option (which may close a cluster such as ``-um``). Everything after that word belongs to the
+    program, the task's own arguments included, so it is never read here, whatever it holds (a ``-m`` of the
+    task's own, a path): the keeper may have been started as ``python -m <keeper>``, as ``python <file>`` or
+    from another front program running in the same process.
+    """
+    options: list[str] = []
+    i = 1
+    while i < len(orig_argv):
+        word = orig_argv[i]
+        if word == "--check-hash-based-pycs":
+            options += orig_argv[i : i + 2]
+            i += 2
+            continue
+        if word.startswith("--") and len(word) > 2:
+            options.append(word)
+            i += 1
+            continue
+        if not word.startswith("-") or word in ("-", "--"):
+            break
+        taken = 0  # the option's argument is the next word (-W / -X at the end of the cluster)
+        for j, letter in enumerate(word[1:], start=1):
+            if letter in "cm":
+                if j > 1:
+                    options.append(word[:j])
+                return options
+            if letter in "WX":
+                taken = 0 if word[j + 1 :] else 1
+                break
+        options += orig_argv[i : i + 1 + taken]
+        i += 1 + taken
+    return options
+
+
+def _target() -> list[str] | None:
+    """The rank's own program: the chain's next entry, or (jobs saved before the chain, by hand) the old vars."""
+    following = pop_front_chain(ROLE)
+    if following is not None:
+        kind, name = following
+        return ["-m", name] if kind == "module" else [name]
+    if os.environ.get(MODULE_ENV):
+        return ["-m", os.environ[MODULE_ENV]]
+    if os.environ.get(SCRIPT_ENV):
+        return [os.environ[SCRIPT_ENV]]
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if os.environ.get(MODULE_ENV):
-        target = ["-m", os.environ[MODULE_ENV]]
-    elif os.environ.get(SCRIPT_ENV):
-        target = [os.environ[SCRIPT_ENV]]
-    else:
+    target = _target()
+    if target is None:
         sys.stderr.write(f"rank_keeper: set {MODULE_ENV}=<module> or {SCRIPT_ENV}=<script.py> (the real rank)\n")
         return 2
-    options = _interpreter_options()
-    child = subprocess.Popen([sys.executable, *options, *target, *args])
+    # The interpreter options the launcher gave the keeper (torchrun: -u) apply to the rank too.
+    child = subprocess.Popen([sys.executable, *interpreter_options(sys.orig_argv), *target, *args])
     forwarded: list[int] = []
 
     def forward(signum: int, _frame) -> None:
@@ -103,18 +203,6 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
     return 128 + signum
-
-
-def _interpreter_options() -> list[str]:
-    """The interpreter options the launcher gave the keeper (torchrun: ``-u``), which apply to the rank too: what
-    comes before the keeper's file (run as a shipped file) or before ``-m`` (run as a module)."""
-    orig = list(getattr(sys, "orig_argv", []))
-    script = sys.argv[0] if sys.argv else ""
-    if script and script in orig[1:]:
-        return orig[1 : orig.index(script, 1)]
-    if "-m" in orig:
-        return orig[1 : orig.index("-m")]
-    return []
 
 
 def _wait_for_the_others(forwarded: list[int], interval_s: float = 0.5, settle_s: float = 3.0) -> str:

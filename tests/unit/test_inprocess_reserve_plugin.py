@@ -18,7 +18,7 @@ from nemo_run.core.execution.launcher import FaultTolerance
 from nemo_resiliency_plugins import FaultTolerancePlugin, ResiliencyConfigError
 from nemo_resiliency_plugins.core.front_program import keeper_source
 from nemo_resiliency_plugins.inprocess_restart import InProcessRestartPlugin
-from nemo_resiliency_plugins.job.rank_keeper import KEEPER_MODULE, MODULE_ENV, SCRIPT_ENV
+from nemo_resiliency_plugins.job.rank_keeper import CHAIN_ENV, KEEPER_MODULE, MODULE_ENV, SCRIPT_ENV
 from tests.helpers import HANG_GUARD_S, TRAIN, add_job, launch_command
 
 WORKLOAD = "nemo_resiliency_plugins.testing.workload"
@@ -46,7 +46,7 @@ def kept(job) -> bool:
 def test_a_reserve_runs_each_rank_under_the_keeper_with_the_task_arguments_untouched():
     job = add_job(module_task("checkpoint.save=/tmp/ck"), three_ranks(), [reserve()])
     assert kept(job)
-    assert job.executor.env_vars[MODULE_ENV] == WORKLOAD
+    assert job.executor.env_vars[CHAIN_ENV] == f"rank_keeper:path:{job.task.path},task:module:{WORKLOAD}"
     assert job.task.args[0] == "checkpoint.save=/tmp/ck"
     assert "++inprocess_restart.active_world_size=2" in job.task.args
     assert "++inprocess_restart.granularity=rank" in job.task.args
@@ -54,19 +54,19 @@ def test_a_reserve_runs_each_rank_under_the_keeper_with_the_task_arguments_untou
     assert entrypoint == "torchrun"
     assert args[args.index("--nproc-per-node") + 1] == "3"
     assert job.task.path in args and KEEPER_MODULE not in args
-    assert env[MODULE_ENV] == WORKLOAD
+    assert env[CHAIN_ENV] == f"rank_keeper:path:{job.task.path},task:module:{WORKLOAD}"
 
 
 def test_a_script_file_is_named_by_path():
     job = add_job(run.Script(path=TRAIN, entrypoint="python"), three_ranks(), [reserve()])
-    assert job.executor.env_vars[SCRIPT_ENV] == TRAIN and kept(job)
+    assert job.executor.env_vars[CHAIN_ENV].endswith(f",task:path:{TRAIN}") and kept(job)
 
 
 @pytest.mark.parametrize("active", [None, 3])
 def test_without_a_reserve_the_task_is_left_alone(active):
     job = add_job(module_task(), three_ranks(), [InProcessRestartPlugin(granularity="rank", active_world_size=active)])
     assert job.task.path == WORKLOAD
-    assert MODULE_ENV not in job.executor.env_vars
+    assert CHAIN_ENV not in job.executor.env_vars
 
 
 def test_node_granularity_needs_whole_spare_nodes():
@@ -106,9 +106,11 @@ def test_tasks_the_keeper_cannot_wrap_are_refused():
         add_job(run.Script(path="train;rm -rf x.py", entrypoint="python"), three_ranks(), [reserve()])
 
 
-def test_a_users_keeper_target_is_never_overwritten():
+def test_a_users_keeper_target_is_never_overwritten_nor_ignored():
     with pytest.raises(ResiliencyConfigError, match=MODULE_ENV):
         add_job(module_task(), three_ranks(env_vars={MODULE_ENV: "other.module"}), [reserve()])
+    with pytest.raises(ResiliencyConfigError, match=CHAIN_ENV):
+        add_job(module_task(env={CHAIN_ENV: "x"}), three_ranks(), [reserve()])
 
 
 def test_calculated_ft_timeouts_are_refused_with_a_reserve_and_fixed_ones_accepted():

@@ -120,12 +120,13 @@ def test_a_python_script_runs_the_shipped_guard_first_on_local_and_slurm(tmp_pat
     env = job.executor.env_vars
     assert job.task.path.endswith(GUARD_FILE) and job.task.m is False
     assert Path(job.task.path).read_text() == guard_source()
-    assert env[guard.TARGET_ENV] == f"module:{WORKLOAD}" and env[guard.DIR_ENV] == "/local/ckpt"
+    assert env[guard.CHAIN_ENV] == f"local_checkpoint_guard:path:{job.task.path},task:module:{WORKLOAD}"
+    assert env[guard.DIR_ENV] == "/local/ckpt"
     assert job.task.args[: len(SCHEDULE)] == SCHEDULE  # the task's own arguments are untouched
 
     job = add_job(module_task(), slurm(tmp_path), [lcp()])
     assert f"cat > '{job.task.path}' <<'" in job.executor.setup_lines  # written by the sbatch script
-    assert job.executor.env_vars[guard.TARGET_ENV] == f"module:{WORKLOAD}"
+    assert job.executor.env_vars[guard.CHAIN_ENV].endswith(f",task:module:{WORKLOAD}")
 
 
 def test_the_sbatch_script_writes_the_guard_byte_for_byte(tmp_path):
@@ -139,7 +140,7 @@ def test_where_the_guard_cannot_run_the_default_says_so_and_true_is_refused():
     docker = run.DockerExecutor(container_image="x", num_gpus=0)
     with logged("nemo_resiliency_plugins.local_checkpoint") as log:
         job = add_job(module_task(), docker, [lcp()])
-    assert job.task.path == WORKLOAD and guard.TARGET_ENV not in job.executor.env_vars
+    assert job.task.path == WORKLOAD and guard.CHAIN_ENV not in job.executor.env_vars
     assert any("fallback_on_unreadable not applied" in m and "DockerExecutor" in m for m in log.messages)
     with pytest.raises(ResiliencyConfigError, match=r"fallback_on_unreadable = True.*DockerExecutor"):
         add_job(module_task(), run.DockerExecutor(container_image="x", num_gpus=0), [lcp(fallback_on_unreadable=True)])
@@ -168,7 +169,7 @@ def test_explain_shows_the_program_put_in_front():
 
 def test_off_leaves_the_task_as_megatron_bridge_would_run_it():
     job = add_job(module_task(), local(), [lcp(fallback_on_unreadable=False)])
-    assert (job.task.path, job.task.m) == (WORKLOAD, True) and guard.TARGET_ENV not in job.executor.env_vars
+    assert (job.task.path, job.task.m) == (WORKLOAD, True) and guard.CHAIN_ENV not in job.executor.env_vars
 
 
 def test_bad_value_is_refused():

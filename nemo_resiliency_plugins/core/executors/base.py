@@ -11,6 +11,7 @@ of an executor says where in NeMo-Run's code it comes from.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -30,6 +31,10 @@ def node_count(executor: Any) -> int | None:
         return int(executor.nnodes())
     except (AttributeError, NotImplementedError, TypeError, ValueError):
         return None
+
+
+#: The largest grace period a platform API takes (a signed 64-bit integer in Docker's and Kubernetes' APIs).
+MAX_GRACE_S = 2**63 - 1
 
 
 @dataclass(kw_only=True)
@@ -94,9 +99,37 @@ class ExecutorRules:
         """The job's node count; 1 when the executor cannot say (one node is what it starts by default)."""
         return node_count(self.executor) or 1
 
-    def grace_period_s(self) -> float | None:
-        """Seconds between the platform's SIGTERM and its SIGKILL for this job, when the executor says."""
+    def grace_period_s(self, plugin: str = "nemo-resiliency") -> float | None:
+        """Seconds between the platform's SIGTERM and its SIGKILL for this job, when the executor says.
+
+        Executors whose grace period the user can set override this and read it with :meth:`grace_setting`.
+        """
         return self.default_grace_s
+
+    def grace_setting(self, settings: Any, key: str, field: str, *, plugin: str) -> float | None:
+        """The grace period ``settings[key]`` sets (``field`` names it for the user), or the platform's default.
+
+        The platforms take a whole number of seconds (Docker's ``StopTimeout`` and Kubernetes'
+        ``terminationGracePeriodSeconds`` are integers in their APIs; a JSON ``10.5`` or ``"10"`` is refused when
+        the container or pod is created). Anything else is refused here, by name, instead of being compared as a
+        number: ``nan`` would pass every comparison silently and ``10**400`` cannot be one.
+        """
+        if settings is None:
+            return self.default_grace_s
+        if not isinstance(settings, Mapping):
+            raise ResiliencyConfigError(plugin, field.split("[")[0], settings, "a dict (or None)")
+        if key not in settings or settings[key] is None:
+            return self.default_grace_s
+        value = settings[key]
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_GRACE_S:
+            raise ResiliencyConfigError(
+                plugin,
+                field,
+                value,
+                f"a whole number of seconds from 0 to {MAX_GRACE_S} ({self.label} sends SIGKILL that long after "
+                "SIGTERM, and its API takes an integer)",
+            )
+        return float(value)
 
     # ------------------------------------------------------------------------------- fault tolerance
 

@@ -32,9 +32,20 @@ class DGXCloudRules(ExecutorRules):
     pid1_launch_script: ClassVar[bool] = True
     preemption_note: ClassVar[str] = (
         "Run:ai stops a pod with SIGTERM and SIGKILLs it after Kubernetes' terminationGracePeriodSeconds "
-        "(30 s by default; custom_spec can set it)"
+        "(30 s by default; custom_spec={'terminationGracePeriodSeconds': N} sets it)"
     )
     default_grace_s: ClassVar[float | None] = 30.0
+
+    def grace_period_s(self, plugin: str = "nemo-resiliency") -> float | None:
+        """``custom_spec`` is merged into the Run:ai workload's ``spec`` as it is
+        (``DGXCloudExecutor.create_training_job``), and the workload spec carries the pods'
+        ``terminationGracePeriodSeconds``: the value there, else Kubernetes' 30 s."""
+        return self.grace_setting(
+            self.executor.custom_spec,
+            "terminationGracePeriodSeconds",
+            "executor.custom_spec['terminationGracePeriodSeconds']",
+            plugin=plugin,
+        )
 
     def configs_dir(self) -> str:
         return os.path.join(self.executor.pvc_job_dir, "configs")

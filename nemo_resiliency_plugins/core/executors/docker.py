@@ -50,9 +50,10 @@ class DockerRules(ExecutorRules):
         "<job_dir>/status_<container>.out, and `nemo-resiliency doctor <experiment dir>` reads it"
     )
 
-    def grace_period_s(self) -> float | None:
-        value = (self.executor.additional_kwargs or {}).get("stop_timeout")
-        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else self.default_grace_s
+    def grace_period_s(self, plugin: str = "nemo-resiliency") -> float | None:
+        return self.grace_setting(
+            self.executor.additional_kwargs, "stop_timeout", "executor.additional_kwargs['stop_timeout']", plugin=plugin
+        )
 
     def check_fault_tolerance(self, plugin: str) -> None:
         if getattr(self.executor, "run_as_group", False):

@@ -39,9 +39,13 @@ class KubeflowRules(ExecutorRules):
     )
     default_grace_s: ClassVar[float | None] = KUBERNETES_DEFAULT_GRACE_S
 
-    def grace_period_s(self) -> float | None:
-        value = (self.executor.pod_spec_overrides or {}).get("terminationGracePeriodSeconds")
-        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else self.default_grace_s
+    def grace_period_s(self, plugin: str = "nemo-resiliency") -> float | None:
+        return self.grace_setting(
+            self.executor.pod_spec_overrides,
+            "terminationGracePeriodSeconds",
+            "executor.pod_spec_overrides['terminationGracePeriodSeconds']",
+            plugin=plugin,
+        )
 
     def check_fault_tolerance(self, plugin: str) -> None:
         if not self.executor.workdir_pvc:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from nemo_resiliency_plugins.core.executors.base import ExecutorRules
+from nemo_resiliency_plugins.core.slurm_script import check_setup_lines
 from nemo_resiliency_plugins.core.validation import SHELL_WORD_TEXT, is_shell_word
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
 
@@ -41,6 +42,7 @@ class SlurmRules(ExecutorRules):
             f"mkdir -p '{host_dir}'\n"
             f"cat > '{host_path}' <<'{HEREDOC_MARKER}'\n{content.rstrip(chr(10))}\n{HEREDOC_MARKER}"
         )
+        check_setup_lines(executor, plugin=plugin)
         existing = executor.setup_lines or ""
         if block not in existing:
             executor.setup_lines = (existing.rstrip("\n") + "\n" if existing else "") + block
