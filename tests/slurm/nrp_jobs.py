@@ -41,6 +41,12 @@ SUBMIT = textwrap.dedent(
         packager=run.Packager(),
         env_vars={"PATH": spec["venv_bin"] + ":/usr/local/bin:/usr/bin:/bin", **spec["env"]},
     )
+    launcher = spec.get("launcher")
+    if isinstance(launcher, dict):  # a SlurmTemplate, e.g. Megatron Bridge's own bash -c wrapper
+        from nemo_run.core.execution.launcher import SlurmTemplate
+        executor.launcher = SlurmTemplate(template_inline=launcher["template"], template_vars=launcher["vars"])
+    elif launcher is not None:
+        executor.launcher = launcher
     task = run.Script(
         path="nemo_resiliency_plugins.testing.workload", m=True, entrypoint="python", args=spec["args"]
     )
@@ -120,6 +126,7 @@ def submit(
     ft: dict[str, Any] | None = None,
     nodes: int = 1,
     ntasks_per_node: int = 2,
+    launcher: str | dict[str, Any] | None = None,
 ) -> SubmittedJob:
     home = tmp_path / "nemorun_home"
     home.mkdir(exist_ok=True)
@@ -134,6 +141,7 @@ def submit(
         ft=ft,
         nodes=nodes,
         ntasks_per_node=ntasks_per_node,
+        launcher=launcher,
     )
     p = subprocess.run(
         [sys.executable, "-c", SUBMIT, json.dumps(spec)],

@@ -106,7 +106,9 @@ def test_preemption_builds_a_task_that_hides_its_checkpoint_dir_and_warns():
     logging.getLogger("nemo_resiliency_plugins").addHandler(collect)
     try:
         job = add_job(
-            run.Script(path="/tmp/train.py", entrypoint="python", args=["--save_dir", "/ck"]), local(), [PreemptionPlugin()]
+            run.Script(path="/tmp/train.py", entrypoint="python", args=["--save_dir", "/ck"]),
+            local(),
+            [PreemptionPlugin()],
         )
     finally:
         logging.getLogger("nemo_resiliency_plugins").removeHandler(collect)
