@@ -212,7 +212,9 @@ def check_job(
             )
 
     # 6. ft_state.json.
-    ckpt = checkpoint_dir or _checkpoint_dir(task)
+    # A plugin's checkpoint_dir declares the directory of a task that does not show checkpoint.save.
+    declared = next((p.checkpoint_dir for p in plugins if getattr(p, "checkpoint_dir", None)), None)
+    ckpt = checkpoint_dir or _checkpoint_dir(task) or declared
     if ckpt:
         checks.extend(_ft_state_checks(Path(ckpt) / "ft_state.json", save_time_s))
 
