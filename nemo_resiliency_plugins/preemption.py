@@ -23,8 +23,12 @@ NVRx 0.7.0 and Slurm 22.05 (the local cluster of ``.ci/slurm-up``):
 * With ``FaultTolerancePlugin`` (NeMo-Run's ft_launcher sbatch template), a run that exited 0 after the
   signal is requeued to continue, and a run that exited 0 without it is marked finished instead of being
   requeued for ever (:func:`nemo_resiliency_plugins.core.executor_config.guard_ft_requeue`). Without
-  FaultTolerancePlugin NeMo-Run's plain template requeues only failed runs: the job ends COMPLETED after the
-  save and is continued by submitting it again.
+  FaultTolerancePlugin NeMo-Run's plain template requeues only failed runs (while ``retries`` >
+  ``SLURM_RESTART_COUNT``, left as NeMo-Run set it); the same guard requeues a run that saved and exited 0 on
+  the signal, so training continues in the requeued job (Megatron Bridge's plugin: the job ends COMPLETED).
+* The signal reaches the process that acts on it under every launcher shape: the launcher, or, under a shell
+  wrapper (a ``SlurmTemplate``'s ``bash -c '...'``, as in Megatron Bridge's own ``scripts/performance``), the
+  first non-shell process under it (``core/sbatch/forward_signal.sh``). See docs/dropin.md.
 * ``exit_signal`` (default ``SIGTERM``) is written to ``train.exit_signal`` as the signal's *number*
   (``train.exit_signal=15``): Megatron Bridge's parser turns ``SIGTERM`` into the string ``'SIGTERM'``, and
   ``DistributedSignalHandler`` then fails with "'str' object cannot be interpreted as an integer". The same
