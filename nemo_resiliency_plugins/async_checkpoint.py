@@ -51,7 +51,7 @@ from typing import Any
 import nemo_run as run
 
 from nemo_resiliency_plugins.core import front_program, task_config
-from nemo_resiliency_plugins.core.validation import Checker
+from nemo_resiliency_plugins.core.validation import Checker, KnownKeywords
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
 
 #: Megatron Core's ``CheckpointConfig.async_strategy`` choices.
@@ -91,7 +91,7 @@ class AsyncCheckpointPluginScriptArgs:
 
 
 @dataclass(kw_only=True)
-class AsyncCheckpointPlugin(run.Plugin):
+class AsyncCheckpointPlugin(KnownKeywords, run.Plugin):
     """Save checkpoints asynchronously (Megatron Bridge ``checkpoint.async_save=True``).
 
     Fields are Megatron Bridge's ``CheckpointConfig`` fields of the same name, with its defaults:

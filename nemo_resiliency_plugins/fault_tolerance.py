@@ -29,7 +29,7 @@ import nemo_run as run
 
 from nemo_resiliency_plugins.core import autoresume, executor_config, front_program, nvrx_launcher, task_config
 from nemo_resiliency_plugins.core.known_bugs import guard_known_bugs
-from nemo_resiliency_plugins.core.validation import Checker
+from nemo_resiliency_plugins.core.validation import Checker, KnownKeywords
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
 
 logger = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ class FaultTolerancePluginScriptArgs:
 
 
 @dataclass(kw_only=True)
-class FaultTolerancePlugin(run.Plugin):
+class FaultTolerancePlugin(KnownKeywords, run.Plugin):
     """Run the job under NVRx's ``ft_launcher`` with Megatron Bridge's fault tolerance switched on.
 
     Megatron Bridge's fields (same defaults):
@@ -240,6 +240,10 @@ class FaultTolerancePlugin(run.Plugin):
             nvrx_launcher.launcher(max_restarts=self.num_in_job_restarts, **launcher_settings),
             plugin=name,
             must_stay_unset=no_heartbeats,
+            plugin_fields={
+                "max_restarts": "num_in_job_restarts",
+                **{f: f for f in launcher_settings if f not in no_heartbeats},
+            },
         )
         executor_config.set_retries(
             executor,
@@ -331,19 +335,7 @@ class FaultTolerancePlugin(run.Plugin):
     def _iteration_file(self, dirs: autoresume.CheckpointDirs) -> str | None:
         """Where NVRx's progress tracker reads the last checkpointed iteration, or None when unknown."""
         name = type(self).__name__
-        if (
-            dirs.visible
-            and self.checkpoint_dir is not None
-            and os.path.normpath(dirs.save) != os.path.normpath(self.checkpoint_dir)
-        ):
-            raise ResiliencyConfigError(
-                name,
-                "checkpoint_dir",
-                self.checkpoint_dir,
-                f"None or the task's checkpoint.save ({dirs.save!r})",
-                detail="the task already shows its checkpoint directory; checkpoint_dir is for tasks that do not",
-            )
-        directory = dirs.save if dirs.visible else self.checkpoint_dir
+        directory = autoresume.declared_checkpoint_dir(dirs, self.checkpoint_dir, plugin=name)
         if directory is None:
             if self.max_no_progress_cycles > 0:
                 logger.warning(

@@ -56,7 +56,7 @@ import nemo_run as run
 
 from nemo_resiliency_plugins.core import autoresume, executor_config, front_program, task_config
 from nemo_resiliency_plugins.core.known_bugs import guard_known_bugs
-from nemo_resiliency_plugins.core.validation import Checker, is_finite_number
+from nemo_resiliency_plugins.core.validation import Checker, KnownKeywords, is_finite_number
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
 
 logger = logging.getLogger(__name__)
@@ -104,7 +104,7 @@ MARKER_ENV = "NRP_INPROCESS_RESTART_PLUGIN"
 
 
 @dataclass(kw_only=True)
-class InProcessRestartPlugin(run.Plugin):
+class InProcessRestartPlugin(KnownKeywords, run.Plugin):
     """Switch on Megatron Bridge's in-process restart (``ConfigContainer.inprocess_restart``).
 
     Every field of Megatron Bridge's ``InProcessRestartConfig``, with its defaults, except ``enabled``, which

@@ -67,7 +67,7 @@ import nemo_run as run
 
 from nemo_resiliency_plugins.core import autoresume, executor_config, front_program, task_config
 from nemo_resiliency_plugins.core.known_bugs import guard_known_bugs
-from nemo_resiliency_plugins.core.validation import Checker
+from nemo_resiliency_plugins.core.validation import Checker, KnownKeywords
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
 
 logger = logging.getLogger(__name__)
@@ -107,7 +107,7 @@ class LocalCheckpointPluginScriptArgs:
 
 
 @dataclass(kw_only=True)
-class LocalCheckpointPlugin(run.Plugin):
+class LocalCheckpointPlugin(KnownKeywords, run.Plugin):
     """Frequent node-local checkpoints through NVRx (Megatron Bridge ``non_persistent_ckpt_type="local"``).
 
     Fields are Megatron Bridge's ``CheckpointConfig`` fields of the same name, with its defaults (the first two

@@ -23,8 +23,12 @@ NVRx 0.7.0 and Slurm 22.05 (the local cluster of ``.ci/slurm-up``):
 * With ``FaultTolerancePlugin`` (NeMo-Run's ft_launcher sbatch template), a run that exited 0 after the
   signal is requeued to continue, and a run that exited 0 without it is marked finished instead of being
   requeued for ever (:func:`nemo_resiliency_plugins.core.executor_config.guard_ft_requeue`). Without
-  FaultTolerancePlugin NeMo-Run's plain template requeues only failed runs: the job ends COMPLETED after the
-  save and is continued by submitting it again.
+  FaultTolerancePlugin NeMo-Run's plain template requeues only failed runs (while ``retries`` >
+  ``SLURM_RESTART_COUNT``, left as NeMo-Run set it); the same guard requeues a run that saved and exited 0 on
+  the signal, so training continues in the requeued job (Megatron Bridge's plugin: the job ends COMPLETED).
+* The signal reaches the process that acts on it under every launcher shape: the launcher, or, under a shell
+  wrapper (a ``SlurmTemplate``'s ``bash -c '...'``, as in Megatron Bridge's own ``scripts/performance``), the
+  first non-shell process under it (``core/sbatch/forward_signal.sh``). See docs/dropin.md.
 * ``exit_signal`` (default ``SIGTERM``) is written to ``train.exit_signal`` as the signal's *number*
   (``train.exit_signal=15``): Megatron Bridge's parser turns ``SIGTERM`` into the string ``'SIGTERM'``, and
   ``DistributedSignalHandler`` then fails with "'str' object cannot be interpreted as an integer". The same
@@ -59,7 +63,7 @@ from typing import Any
 import nemo_run as run
 
 from nemo_resiliency_plugins.core import autoresume, executor_config, task_config
-from nemo_resiliency_plugins.core.validation import Checker
+from nemo_resiliency_plugins.core.validation import Checker, KnownKeywords
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
 from nemo_resiliency_plugins.local_checkpoint import local_checkpoints_on
 
@@ -92,7 +96,7 @@ class PreemptionPluginScriptArgs:
 
 
 @dataclass(kw_only=True)
-class PreemptionPlugin(run.Plugin):
+class PreemptionPlugin(KnownKeywords, run.Plugin):
     """Checkpoint and exit 0 on the scheduler's signal, before the job is killed.
 
     Megatron Bridge's fields (same defaults):
@@ -107,6 +111,11 @@ class PreemptionPlugin(run.Plugin):
     Added:
         exit_signal: the signal, by name (``"SIGTERM"``, ``"SIGINT"``, ``"SIGHUP"``, ``"SIGQUIT"``) or as a
             ``signal.Signals``; written to ``train.exit_signal`` and to Slurm's ``--signal``.
+        checkpoint_dir: the job's ``checkpoint.save`` directory when the task does not show it (a script that
+            builds its recipe inside, or takes its own flags such as Megatron Bridge's ``--save_dir``): where
+            the plugin reads ``ft_state.json`` for the step-plus-save check. Without either, the plugin cannot
+            check that the run after a preemption resumes from the save: a warning, and an ``explain``/``doctor``
+            line, say so; the job is built as Megatron Bridge's plugin builds it.
     """
 
     # Megatron Bridge's PreemptionPlugin fields, same defaults.
@@ -116,9 +125,11 @@ class PreemptionPlugin(run.Plugin):
     script_args_converter_fn: Callable[[PreemptionPluginScriptArgs], list[str]] | None = None
     # Megatron Bridge's TrainingConfig.exit_signal.
     exit_signal: str | _signal.Signals = "SIGTERM"
+    checkpoint_dir: str | None = None
 
     def __post_init__(self) -> None:
         check = Checker(type(self).__name__)
+        check.path("checkpoint_dir", self.checkpoint_dir, optional=True)
         check.integer("preempt_time", self.preempt_time, min=1, max=SLURM_MAX_SIGNAL_TIME)
         if type(self.preempt_time) is not int:  # an IntEnum (e.g. a signal) would reach sbatch by its name
             check.fail("preempt_time", self.preempt_time, f"a plain int in [1, {SLURM_MAX_SIGNAL_TIME}]")
@@ -184,15 +195,18 @@ class PreemptionPlugin(run.Plugin):
                 detail="the exit handler is what saves a persistent checkpoint on the signal; without it the job "
                 "ends with only node-local checkpoints, which a requeue onto other nodes cannot read",
             )
+        checkpoint_dir = self.checkpoint_dir
         if self.enable_exit_handler:
-            # The whole point is a checkpoint at the signal that the next run resumes from: refuse what cannot.
-            autoresume.ensure_autoresume(
+            # The whole point is a checkpoint at the signal that the next run resumes from: refuse what the task
+            # shows to be wrong; where it does not show its checkpoint directory (Megatron Bridge's own
+            # scripts/performance passes --save_dir, a flag of its own), warn, as Megatron Bridge's plugin builds it.
+            dirs = autoresume.ensure_autoresume(
                 task,
                 plugin=name,
                 why="the run after a preemption (requeue or resubmission)",
-                require_visible=True,
                 converter=self.script_args_converter_fn,
             )
+            checkpoint_dir = autoresume.declared_checkpoint_dir(dirs, self.checkpoint_dir, plugin=name)
             task_config.set_config_fields(
                 task,
                 "train",
@@ -210,7 +224,7 @@ class PreemptionPlugin(run.Plugin):
             executor_config.set_slurm_field(executor, "signal", self.slurm_signal, plugin=name, field="preempt_time")
             executor_config.forward_batch_signal_to_tasks(executor, self.signal.name.removeprefix("SIG"), plugin=name)
             executor_config.guard_ft_requeue(executor, plugin=name)
-            self._warn_if_too_short(task)
+            self._warn_if_too_short(task, checkpoint_dir)
         else:
             executor_config.note_no_effect(
                 executor,
@@ -221,7 +235,7 @@ class PreemptionPlugin(run.Plugin):
                     "SIGTERM the platform sends"
                 ),
             )
-            self._warn_if_grace_too_short(task, executor)
+            self._warn_if_grace_too_short(task, executor, checkpoint_dir)
             lost = executor_config.signal_reaches_ranks(executor, plugin=name)
             if lost and self.enable_exit_handler:
                 warnings.warn(f"{name}: {lost}", PreemptionSignalWarning, stacklevel=2)
@@ -254,12 +268,17 @@ class PreemptionPlugin(run.Plugin):
                 detail="Slurm would send the signal at or before the job starts",
             )
 
-    def _warn_if_grace_too_short(self, task: Any, executor: Any) -> None:
+    def _checkpoint_dir(self, task: Any, declared: str | None) -> Any:
+        """Where ``ft_state.json`` is: the task's ``checkpoint.save``, else the declared ``checkpoint_dir``."""
+        shown = task_config.read_config_field(task, "checkpoint", "save", plugin=type(self).__name__)
+        return shown if shown else declared
+
+    def _warn_if_grace_too_short(self, task: Any, executor: Any, declared: str | None = None) -> None:
         """Off Slurm the platform's SIGTERM -> SIGKILL grace period, not ``preempt_time``, bounds the save:
         warn when ``ft_state.json`` says one step plus one save takes longer; log what the platform does."""
         name = type(self).__name__
         grace, how = executor_config.platform_stop(executor, plugin=name)
-        estimate = step_plus_save_seconds(task_config.read_config_field(task, "checkpoint", "save", plugin=name))
+        estimate = step_plus_save_seconds(self._checkpoint_dir(task, declared))
         if grace is not None and estimate is not None and estimate > grace:
             message = _grace_message(name, grace, estimate, how)
             warnings.warn(message, PreemptionTimeWarning, stacklevel=3)
@@ -267,11 +286,9 @@ class PreemptionPlugin(run.Plugin):
         elif how:
             logger.info("%s: %s", name, how)
 
-    def _warn_if_too_short(self, task: Any) -> None:
+    def _warn_if_too_short(self, task: Any, declared: str | None = None) -> None:
         """Warn when ``ft_state.json`` says one step plus one save may take longer than ``preempt_time``."""
-        estimate = step_plus_save_seconds(
-            task_config.read_config_field(task, "checkpoint", "save", plugin=type(self).__name__)
-        )
+        estimate = step_plus_save_seconds(self._checkpoint_dir(task, declared))
         if estimate is None or self.preempt_time >= estimate:
             return
         message = (

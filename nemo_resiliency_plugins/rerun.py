@@ -64,7 +64,7 @@ from typing import Any
 import nemo_run as run
 
 from nemo_resiliency_plugins.core import front_program, task_config
-from nemo_resiliency_plugins.core.validation import Checker
+from nemo_resiliency_plugins.core.validation import Checker, KnownKeywords
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ class RerunStateMachinePluginScriptArgs:
 
 
 @dataclass(kw_only=True)
-class RerunStateMachinePlugin(run.Plugin):
+class RerunStateMachinePlugin(KnownKeywords, run.Plugin):
     """Validate training results with Megatron Core's re-run state machine (EXPERIMENTAL; see the module doc).
 
     Fields of Megatron Bridge's ``RerunStateMachineConfig``, with its defaults except ``rerun_mode``

@@ -48,7 +48,7 @@ import nemo_run as run
 
 from nemo_resiliency_plugins.core import autoresume, executor_config, front_program, task_config
 from nemo_resiliency_plugins.core.known_bugs import guard_known_bugs
-from nemo_resiliency_plugins.core.validation import Checker
+from nemo_resiliency_plugins.core.validation import Checker, KnownKeywords
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
 
 logger = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ class StragglerDetectionPluginScriptArgs:
 
 
 @dataclass(kw_only=True)
-class StragglerDetectionPlugin(run.Plugin):
+class StragglerDetectionPlugin(KnownKeywords, run.Plugin):
     """Switch on NVRx straggler detection (Megatron Bridge ``nvrx_straggler``) for the task.
 
     Every field of Megatron Bridge's ``NVRxStragglerDetectionConfig``, with its defaults except ``enabled``

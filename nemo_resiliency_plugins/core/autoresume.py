@@ -68,8 +68,8 @@ def ensure_autoresume(
 
     ``why`` says what restarts the job (e.g. "ft_launcher restarts and Slurm requeues"), for the messages.
     ``converter``: the plugin's ``script_args_converter_fn``; with one, a script's settings cannot be seen.
-    ``require_visible``: refuse a task that does not show ``checkpoint.save`` (a plugin whose whole point is a
-    save at exit, such as PreemptionPlugin, cannot leave that unchecked).
+    ``require_visible``: refuse a task that does not show ``checkpoint.save`` (a plugin whose files are useless
+    without a persistent checkpoint to fall back on, such as LocalCheckpointPlugin, cannot leave that unchecked).
     """
     if converter is not None and isinstance(task, run.Script):
         # The script takes its own argument style (script_args_converter_fn): its overrides cannot be read or written.
@@ -81,6 +81,7 @@ def ensure_autoresume(
             FROM_SCRATCH,
         )
         return CheckpointDirs(save=None)
+    task_config.require_container(task, "checkpoint", plugin=plugin)
     seen, save = task_config.config_field_seen(task, "checkpoint", "save", plugin=plugin)
     if not seen:
         if require_visible:
@@ -195,4 +196,22 @@ def _refuse_training_redo(task: Any, *, plugin: str, why: str) -> None:
         )
 
 
-__all__ = ["FROM_SCRATCH", "CheckpointDirs", "ensure_autoresume"]
+def declared_checkpoint_dir(dirs: CheckpointDirs, declared: str | None, *, plugin: str) -> str | None:
+    """The job's checkpoint directory: the one the task shows, else the plugin's ``checkpoint_dir`` field.
+
+    ``checkpoint_dir`` is for tasks that do not show ``checkpoint.save`` (a recipe built inside the script, a
+    script with flags of its own such as Megatron Bridge's ``--save_dir``); one that contradicts the task's own
+    ``checkpoint.save`` is refused rather than one of the two silently winning.
+    """
+    if dirs.visible and declared is not None and not _same_dir(dirs.save, declared):
+        raise ResiliencyConfigError(
+            plugin,
+            "checkpoint_dir",
+            declared,
+            f"None or the task's checkpoint.save ({dirs.save!r})",
+            detail="the task already shows its checkpoint directory; checkpoint_dir is for tasks that do not",
+        )
+    return dirs.save if dirs.visible else declared
+
+
+__all__ = ["FROM_SCRATCH", "CheckpointDirs", "declared_checkpoint_dir", "ensure_autoresume"]

@@ -209,14 +209,21 @@ def set_slurm_field(executor: Any, name: str, value: Any, *, plugin: str, field:
 
 
 def install_ft_launcher(
-    executor: Any, wanted: FaultTolerance, *, plugin: str, must_stay_unset: dict[str, str] | None = None
+    executor: Any,
+    wanted: FaultTolerance,
+    *,
+    plugin: str,
+    must_stay_unset: dict[str, str] | None = None,
+    plugin_fields: dict[str, str] | None = None,
 ) -> FaultTolerance:
     """Make ``executor.launcher`` NVRx's ft_launcher with ``wanted``'s settings.
 
     A plain torchrun launcher (``"torchrun"``, ``run.Torchrun``) is upgraded, keeping its rendezvous and
     nsys settings. An existing ``run.FaultTolerance`` keeps its values, and any that contradict ``wanted``
     are reported. ``must_stay_unset`` names launcher fields (with the reason) that the plugin leaves unset on
-    purpose: a user's value there would reach ft_launcher and is refused rather than passed on. An executor
+    purpose: a user's value there would reach ft_launcher and is refused rather than passed on.
+    ``plugin_fields`` maps a launcher field to the plugin field that sets it (``max_restarts`` ->
+    ``num_in_job_restarts``), so a conflict names the field the user can change on the plugin. An executor
     set-up where ft_launcher cannot work is refused first (its rules class says why).
     """
     check_fault_tolerance(executor, plugin=plugin)
@@ -246,11 +253,24 @@ def install_ft_launcher(
             default = f.default if f.default is not dataclasses.MISSING else None
             if theirs in (None, default) or mine in (None, default) or mine == theirs:
                 continue
+            ours = (plugin_fields or {}).get(f.name)
+            if ours is None:
+                raise ResiliencyConfigError(
+                    plugin,
+                    f"launcher.{f.name}",
+                    mine,
+                    detail=f"the executor's run.FaultTolerance launcher already has {f.name}={theirs!r}",
+                )
             raise ResiliencyConfigError(
                 plugin,
-                f"launcher.{f.name}",
+                ours,
                 mine,
-                detail=f"the executor's run.FaultTolerance launcher already has {f.name}={theirs!r}",
+                f"{theirs!r}, the executor's run.FaultTolerance({f.name}={theirs!r})",
+                detail=(
+                    f"{plugin}.{ours} sets ft_launcher's {f.name}, and the executor's launcher already has "
+                    f"{f.name}={theirs!r}: set {plugin}({ours}={theirs!r}), or remove {f.name} from "
+                    "run.FaultTolerance (a user value is never silently replaced)"
+                ),
             )
         for f in dataclasses.fields(FaultTolerance):
             if getattr(current, f.name) is None and getattr(wanted, f.name) is not None:

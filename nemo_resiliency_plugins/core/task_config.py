@@ -474,6 +474,19 @@ def _find_container(task: fdl.Buildable, section: Section, plugin: str, required
     if not required:
         return None
     fn = getattr(fdl.get_callable(task), "__qualname__", fdl.get_callable(task))
+    nemo2 = nemo2_entry(task)
+    if nemo2 is not None:
+        raise ResiliencyConfigError(
+            plugin,
+            None,
+            detail=(
+                f"the task run.{type(task).__name__}({nemo2}, ...) is a NeMo 2 task (a Lightning trainer=, no "
+                f"Megatron Bridge ConfigContainer). {plugin}, like Megatron Bridge's plugin of that name, configures "
+                "Megatron Bridge's ConfigContainer; for NeMo 2 use NeMo's own plugins, "
+                f"nemo.lightning.run.plugins.{plugin}, or move the task to Megatron Bridge "
+                "(run.Partial(pretrain, config=run.Config(ConfigContainer, ...)))"
+            ),
+        )
     raise ResiliencyConfigError(
         plugin,
         None,
@@ -483,6 +496,35 @@ def _find_container(task: fdl.Buildable, section: Section, plugin: str, required
             "run.Partial(pretrain, config=run.Config(ConfigContainer, ...))"
         ),
     )
+
+
+def nemo2_entry(task: fdl.Buildable) -> str | None:
+    """The entry point's name when ``task`` is a NeMo 2 task, else None.
+
+    NeMo 2's entries (``nemo.collections.llm.api.pretrain``/``finetune``, a user's wrapper of them) take a
+    Lightning ``trainer`` next to ``model``/``data``; a Megatron Bridge task takes a ``ConfigContainer``.
+    Told by the module (``nemo.``) or by that signature, so the message is right where NeMo is not installed.
+    """
+    fn = fdl.get_callable(task)
+    module = getattr(fn, "__module__", "") or ""
+    name = f"{module}.{getattr(fn, '__qualname__', fn)}" if module else str(fn)
+    if module == "nemo" or module.startswith("nemo."):
+        return name
+    try:
+        import inspect
+
+        params = set(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        params = set(task.__arguments__)
+    params |= set(task.__arguments__)
+    return name if "trainer" in params and params & {"model", "data"} else None
+
+
+def require_container(task: Any, section: str, *, plugin: str) -> None:
+    """Refuse a ``run.Partial``/``run.Config`` without a Megatron Bridge ``ConfigContainer`` (a NeMo 2 task,
+    another program) before any rule reads a field of it: "no checkpoint.save" would point the wrong way."""
+    if isinstance(task, fdl.Buildable):
+        _find_container(task, SECTIONS[section], plugin, required=True)
 
 
 def _target_class(obj: Any) -> Any:

@@ -211,3 +211,44 @@ def _range_text(base: str, min: float | None, max: float | None) -> str:
     if max is not None:
         return f"{base} <= {max}"
     return base
+
+
+# --------------------------------------------------------------------------------- keywords a plugin takes
+
+#: Keywords of NeMo 2's plugins of the same names (``nemo.lightning.run.plugins``) that neither Megatron Bridge's
+#: plugins nor these take: code written for NeMo 2 passes them, and would otherwise get a bare TypeError.
+NEMO2_KEYWORDS = {
+    "callbacks": "NeMo 2's PreemptionPlugin(callbacks=[...]) adds Lightning callbacks to a NeMo 2 trainer",
+    "sig": "NeMo 2's PreemptionPlugin(sig=...) is the preemption signal",
+}
+
+
+class KnownKeywords:
+    """Base of every plugin: an unknown keyword is a :class:`ResiliencyConfigError`, not a bare ``TypeError``.
+
+    The dataclass ``__init__`` raises ``TypeError: __init__() got an unexpected keyword argument`` for a field the
+    plugin does not have. Code written for NeMo 2's plugins of the same names (``callbacks=``, ``sig=``) hits
+    that first, and the message does not say that the task is the wrong kind. ``__new__`` sees the keywords
+    before ``__init__`` does. ``copy``/``pickle``/fiddle call ``__new__`` without keywords and are not affected.
+    """
+
+    def __new__(cls, *args: Any, **kwargs: Any):
+        import dataclasses
+
+        if dataclasses.is_dataclass(cls):
+            known = {f.name for f in dataclasses.fields(cls) if f.init}
+            unknown = [k for k in kwargs if k not in known]
+            if unknown:
+                name = unknown[0]
+                detail = f"{cls.__name__} has no field {name!r}"
+                if name in NEMO2_KEYWORDS:
+                    detail = (
+                        f"{NEMO2_KEYWORDS[name]}; {cls.__name__} here is the drop-in for Megatron Bridge's "
+                        "megatron.bridge.recipes.run_plugins, which configures Megatron Bridge's ConfigContainer. "
+                        "For a NeMo 2 task (run.Partial(llm.pretrain, trainer=..., ...)) use NeMo 2's own plugins, "
+                        f"nemo.lightning.run.plugins.{cls.__name__}"
+                    )
+                raise ResiliencyConfigError(
+                    cls.__name__, name, kwargs[name], "one of " + ", ".join(sorted(known)), detail=detail
+                )
+        return super().__new__(cls)

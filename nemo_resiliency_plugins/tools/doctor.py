@@ -215,7 +215,9 @@ def _check_ft_launch(job: _Job) -> list[Check]:
 
 
 def _check_ft_state(job: _Job) -> list[Check]:
-    ckpt = job.checkpoint_dir or _checkpoint_dir(job.task)
+    # A plugin's checkpoint_dir declares the directory of a task that does not show checkpoint.save.
+    declared = next((p.checkpoint_dir for p in job.plugins if getattr(p, "checkpoint_dir", None)), None)
+    ckpt = job.checkpoint_dir or _checkpoint_dir(job.task) or declared
     return _ft_state_checks(Path(ckpt) / "ft_state.json", job.save_time_s) if ckpt else []
 
 

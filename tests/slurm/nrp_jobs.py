@@ -43,6 +43,12 @@ SUBMIT = textwrap.dedent(
         env_vars={"PATH": spec["venv_bin"] + ":/usr/local/bin:/usr/bin:/bin", **spec["env"]},
         setup_lines=spec.get("setup_lines"),
     )
+    launcher = spec.get("launcher")
+    if isinstance(launcher, dict):  # a SlurmTemplate, e.g. Megatron Bridge's own bash -c wrapper
+        from nemo_run.core.execution.launcher import SlurmTemplate
+        executor.launcher = SlurmTemplate(template_inline=launcher["template"], template_vars=launcher["vars"])
+    elif launcher is not None:
+        executor.launcher = launcher
     task = run.Script(
         path="nemo_resiliency_plugins.testing.workload", m=True, entrypoint="python", args=spec["args"]
     )
@@ -126,6 +132,7 @@ def submit(
     ntasks_per_node: int = 2,
     straggler: dict[str, Any] | None = None,
     setup_lines: str | None = None,
+    launcher: str | dict[str, Any] | None = None,
 ) -> SubmittedJob:
     home = tmp_path / "nemorun_home"
     home.mkdir(exist_ok=True)
@@ -142,6 +149,7 @@ def submit(
         ntasks_per_node=ntasks_per_node,
         straggler=straggler,
         setup_lines=setup_lines,
+        launcher=launcher,
     )
     p = subprocess.run(
         [sys.executable, "-c", SUBMIT, json.dumps(spec)],

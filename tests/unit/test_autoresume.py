@@ -91,12 +91,6 @@ def test_two_plugins_agree_on_the_load_they_wired():
     assert job.task.args.count("checkpoint.load=/ck") == 1
 
 
-def test_preemption_refuses_a_task_that_hides_its_checkpoint_dir():
-    with pytest.raises(ResiliencyConfigError) as err:
-        add_job(run.Script(path="/tmp/train.py", entrypoint="python"), local(), [PreemptionPlugin()])
-    assert "PreemptionPlugin" in str(err.value) and "checkpoint.save" in str(err.value)
-
-
 class _Collect(logging.Handler):
     def __init__(self) -> None:
         super().__init__(level=logging.WARNING)
@@ -104,6 +98,39 @@ class _Collect(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.lines.append(record.getMessage())
+
+
+def test_preemption_builds_a_task_that_hides_its_checkpoint_dir_and_warns():
+    """Megatron Bridge's own scripts/performance passes --save_dir (its own flag): drop-in means it builds."""
+    collect = _Collect()
+    logging.getLogger("nemo_resiliency_plugins").addHandler(collect)
+    try:
+        job = add_job(
+            run.Script(path="/tmp/train.py", entrypoint="python", args=["--save_dir", "/ck"]),
+            local(),
+            [PreemptionPlugin()],
+        )
+    finally:
+        logging.getLogger("nemo_resiliency_plugins").removeHandler(collect)
+    assert "PreemptionPlugin: the task does not show checkpoint.save" in "\n".join(collect.lines)
+    assert "train.exit_signal_handler=true" in job.task.args and job.task.args[:2] == ["--save_dir", "/ck"]
+
+
+def test_preemption_checkpoint_dir_must_agree_with_a_shown_checkpoint_save():
+    with pytest.raises(ResiliencyConfigError) as err:
+        add_job(
+            run.Script(path="/tmp/train.py", entrypoint="python", args=["checkpoint.save=/a"]),
+            local(),
+            [PreemptionPlugin(checkpoint_dir="/b")],
+        )
+    text = str(err.value)
+    assert "PreemptionPlugin" in text and "checkpoint_dir" in text and "'/a'" in text
+    # The same directory, or one declared for a task that does not show its own, is accepted.
+    add_job(
+        run.Script(path="/tmp/train.py", entrypoint="python", args=["checkpoint.save=/a"]),
+        local(),
+        [PreemptionPlugin(checkpoint_dir="/a/")],
+    )
 
 
 def test_fault_tolerance_warns_when_it_cannot_see_the_checkpoint_dir():

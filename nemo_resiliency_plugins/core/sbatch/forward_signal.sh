@@ -3,16 +3,40 @@
 # Slurm's plain --signal=SIG@N signals EVERY process of the job step. Under ft_launcher that includes NVRx's
 # rank monitors, which close on SIGTERM; Megatron Bridge's checkpoint-save hooks then fail ("RankMonitorClient
 # could not send section update: Broken pipe") and the save-and-exit is lost. With --signal=B:SIG@N only this
-# batch shell gets the signal, and it sends it to the steps' *task* processes only (the launcher on each
-# node, or the ranks when there is no launcher), which pass it on to their ranks themselves.
+# batch shell gets the signal, and it sends it on to the process in each task that acts on it: the task's first
+# process (the launcher on each node, or the rank itself when there is no launcher), or, when that process is a
+# shell wrapper (a SlurmTemplate's `bash -c '...'`, an inline script), the first non-shell process under it.
+# A shell without a trap dies on SIGTERM and passes nothing on; Slurm then ends the step and kills the rank
+# before it has saved. The launcher's children (ranks, NVRx's rank monitors) are never signalled here: the
+# launcher passes the signal to its ranks and keeps the monitors up until they have saved.
+nrp_children() {  # PID: the pids of its child processes
+  local nrp_kids
+  if nrp_kids=$(cat /proc/"$1"/task/*/children 2>/dev/null); then
+    echo "$nrp_kids"
+  else
+    ps -o pid= --ppid "$1" 2>/dev/null
+  fi
+}
+nrp_signal_process() {  # SIG PID: signal PID, or, for a shell, the first non-shell process(es) under it
+  local nrp_comm nrp_child nrp_sent=1
+  nrp_comm=$(cat /proc/"$2"/comm 2>/dev/null) || return 1
+  case "$nrp_comm" in
+    bash|sh|dash|zsh|ksh|mksh|busybox)
+      for nrp_child in $(nrp_children "$2"); do
+        nrp_signal_process "$1" "$nrp_child" && nrp_sent=0
+      done
+      [ "$nrp_sent" = 1 ] || return 0 ;;  # a shell between two commands: nothing under it, signal the shell
+  esac
+  kill -s "$1" "$2" && echo "nemo-resiliency-plugins: sent SIG$1 to task pid $2 ($nrp_comm) on $(hostname -s)"
+}
 nrp_signal_tasks() {
   local nrp_pid
   for nrp_pid in $(scontrol listpids "$SLURM_JOB_ID" 2>/dev/null |
       awk -v own="$SLURM_STEP_ID" 'NR > 1 && $3 ~ /^[0-9]+$/ && $3 != own && $4 ~ /^[0-9]+$/ {print $1}'); do
-    kill -s "$1" "$nrp_pid" && echo "nemo-resiliency-plugins: sent SIG$1 to task pid $nrp_pid on $(hostname -s)"
+    nrp_signal_process "$1" "$nrp_pid"
   done
 }
-export -f nrp_signal_tasks
+export -f nrp_children nrp_signal_process nrp_signal_tasks
 NRP_SIGNALLED=0
 NRP_PREEMPTION_SIGNAL=
 nrp_forward_signal() {

@@ -6,16 +6,30 @@
 # exited 0 and this batch shell did not get a preemption signal (NRP_PREEMPTION_SIGNAL, set by the
 # signal forwarding of PreemptionPlugin), training is finished: it writes the flag and does not requeue.
 # A failed step, a step that exited 0 after the preemption signal, and any other call go to scontrol.
-# The template also counts the run that just failed against TORCHX_MAX_RETRIES (retries=N allowed N-1
-# requeues after failures, and retries=0 none at all, not even to continue after a preemption): one more
-# makes N mean N requeues after failed runs, as num_job_retries_on_failure says.
-TORCHX_MAX_RETRIES=$(( TORCHX_MAX_RETRIES + 1 ))
+# The ft_launcher template also counts the run that just failed against TORCHX_MAX_RETRIES (retries=N allowed
+# N-1 requeues after failures, and retries=0 none at all, not even to continue after a preemption): one more
+# makes N mean N requeues after failed runs, as num_job_retries_on_failure says. NeMo-Run's plain template
+# (no ft_launcher) already requeues a failed run while TORCHX_MAX_RETRIES > SLURM_RESTART_COUNT, so there it
+# is left alone (retries=0: a failed run is not requeued). Which template: the one that defines
+# is_job_failures_limit_reached, read from this batch script itself ($0 is Slurm's copy of it); the function
+# is defined only after these lines, so its definition cannot be looked up yet.
+nrp_ft_template() { grep -qs '^is_job_failures_limit_reached()' "$0"; }
+if nrp_ft_template; then TORCHX_MAX_RETRIES=$(( TORCHX_MAX_RETRIES + 1 )); fi
 # When no retry is left the template falls off its end and the job ends COMPLETED with exit code 0:
 # end it with the training step's exit code instead, so Slurm reports the failure. An EXIT trap of the
 # user's setup_lines runs first (in a subshell, so that an `exit` in it cannot skip this one).
+# The plain template requeues failed runs only: a run that saved and exited 0 on the preemption signal
+# (NRP_PREEMPTION_SIGNAL, set by PreemptionPlugin's signal forwarding) is requeued here to continue training,
+# as the ft_launcher template's guard below does.
+nrp_requeue_preempted() {
+  [ "${exitcode:-1}" = 0 ] && [ -n "${NRP_PREEMPTION_SIGNAL:-}" ] && ! nrp_ft_template || return 0
+  echo "nemo-resiliency-plugins: step exited 0 after SIG${NRP_PREEMPTION_SIGNAL}: preempted, requeue"
+  $NRP_SCONTROL requeue "$SLURM_JOB_ID"
+}
 NRP_USER_EXIT_TRAP=$(nrp_trap_of EXIT)
 # shellcheck disable=SC2154  # exitcode is set by NeMo-Run's sbatch template before this trap runs
-trap '[ -z "$NRP_USER_EXIT_TRAP" ] || (eval "$NRP_USER_EXIT_TRAP"); [ "${exitcode:-0}" = 0 ] || exit "$exitcode"' EXIT
+trap '[ -z "$NRP_USER_EXIT_TRAP" ] || (eval "$NRP_USER_EXIT_TRAP"); nrp_requeue_preempted
+[ "${exitcode:-0}" = 0 ] || exit "$exitcode"' EXIT
 # NVRx's ft_launcher exits with its no-restart code (NRP_NO_RESTART_EXIT_CODE, set by FaultTolerancePlugin) when
 # NVRx decided the job must not run again: no progress across restarts (max_no_progress_cycles) or an
 # attribution stop. Requeueing it would burn the job's retries on the same failure: it ends FAILED instead.
