@@ -31,7 +31,19 @@ class KubeflowRules(ExecutorRules):
 
     label: ClassVar[str] = "KubeflowExecutor"
     task_env_reaches_job: ClassVar[bool] = False
-    retries_note: ClassVar[str] = "NeMo-Run's KubeflowExecutor does not read executor.retries"
+    retries_note: ClassVar[str] = (
+        "NeMo-Run's KubeflowExecutor submits a Kubeflow Trainer v2 TrainJob (trainer.kubeflow.org/v1alpha1) and "
+        "does not read executor.retries; a TrainJob has no retry or exit-code field (JobSet failurePolicy and the "
+        "trainer Job's backoffLimit / podFailurePolicy come from the ClusterTrainingRuntime named by runtime_ref), "
+        "and PyTorchJob's restartPolicy: ExitCode is the Training Operator v1 API, which NeMo-Run does not submit. "
+        "Set job retries in the runtime, with a podFailurePolicy rule FailJob onExitCodes In [93] so that NVRx's "
+        "no-restart exit stays final"
+    )
+    job_restarts: ClassVar[str] = (
+        "the ClusterTrainingRuntime named by runtime_ref (JobSet failurePolicy.maxRestarts, the trainer Job's "
+        "backoffLimit and podFailurePolicy), not the TrainJob NeMo-Run submits; a podFailurePolicy rule "
+        "{action: FailJob, onExitCodes: {operator: In, values: [93]}} keeps a crash loop from being retried"
+    )
     pid1_launch_script: ClassVar[bool] = True
     preemption_note: ClassVar[str] = (
         "a pod gets SIGTERM, then SIGKILL after terminationGracePeriodSeconds (Kubernetes default 30 s; "
