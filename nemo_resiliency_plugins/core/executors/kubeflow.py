@@ -6,10 +6,16 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from nemo_resiliency_plugins.core.executors.base import ExecutorRules
+from nemo_resiliency_plugins.core.nvrx_launcher import NO_RESTART_EXIT_CODE
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
 
 #: Kubernetes' default terminationGracePeriodSeconds.
 KUBERNETES_DEFAULT_GRACE_S = 30.0
+#: The Job podFailurePolicy that keeps NVRx's no-restart exit final, for the trainer Job of a
+#: ClusterTrainingRuntime (validated against the kubernetes client's models in CI).
+NO_RESTART_POD_FAILURE_POLICY = {
+    "rules": [{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [NO_RESTART_EXIT_CODE]}}]
+}
 
 
 @dataclass(kw_only=True)
@@ -24,7 +30,9 @@ class KubeflowRules(ExecutorRules):
       ``ln -sfn`` makes ``/nemo_run/code``). Without a PVC nothing is shipped and the command runs in exec
       form: refused for fault tolerance.
     * Several nodes: ``GROUP_RANK`` is left unset (NVRx assigns infrastructure ranks itself).
-    * Retries: not read (``restart_policy`` is never used either).
+    * Retries: not read (``restart_policy`` is never used either). NeMo-Run submits a Kubeflow Trainer v2
+      TrainJob, which has no retry or exit-code field: those live in the ClusterTrainingRuntime (JobSet
+      failurePolicy, the trainer Job's backoffLimit and podFailurePolicy). Refused, naming the rule to put there.
     * Preemption: a pod gets SIGTERM and SIGKILL after ``terminationGracePeriodSeconds`` (30 s by default;
       ``pod_spec_overrides={"terminationGracePeriodSeconds": N}`` sets it).
     """

@@ -27,7 +27,7 @@ class SkypilotRules(ExecutorRules):
 
     label: ClassVar[str] = "SkypilotExecutor"
     retries_note: ClassVar[str] = (
-        "NeMo-Run's SkypilotExecutor does not read executor.retries, and a task on a SkyPilot cluster is not "
+        "NeMo-Run's Skypilot executors do not read executor.retries, and a task on a SkyPilot cluster is not "
         "recovered by SkyPilot at all"
     )
     job_restarts: ClassVar[str] = (
