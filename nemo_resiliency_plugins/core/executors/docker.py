@@ -49,7 +49,9 @@ class DockerRules(ExecutorRules):
     )
     retries_break_job: ClassVar[bool] = True
     pid1_launch_script: ClassVar[bool] = True
-    ships_files: ClassVar[bool] = True
+    # deliver_file has a route (below), used for the container entry; ships_files stays False so that
+    # LocalCheckpointPlugin's per-rank guard is not put on Docker before a Docker test proves it there.
+    ships_files: ClassVar[bool] = False
     entry_route: ClassVar[bool] = True
     job_restarts: ClassVar[str] = (
         "nothing restarts the container (NeMo-Run auto-removes it, and Docker refuses a restart policy on such "
