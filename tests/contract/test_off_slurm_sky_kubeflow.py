@@ -92,7 +92,11 @@ def test_the_runtime_rule_the_docs_give_is_a_valid_kubernetes_pod_failure_policy
 
     client = ApiClient()
     job_spec = client._ApiClient__deserialize(
-        {"template": {"spec": {"containers": []}}, "backoffLimit": 3, "podFailurePolicy": NO_RESTART_POD_FAILURE_POLICY},
+        {
+            "template": {"spec": {"containers": []}},
+            "backoffLimit": 3,
+            "podFailurePolicy": NO_RESTART_POD_FAILURE_POLICY,
+        },
         "V1JobSpec",
     )
     (rule,) = job_spec.pod_failure_policy.rules
