@@ -53,7 +53,7 @@ def test_skypilot_recovery_cannot_spare_the_no_restart_exit():
     with pytest.raises(ResiliencyConfigError, match=r"recover_on_exit_codes only adds codes"):
         render(
             run.SkypilotJobsExecutor(gpus="H100", gpus_per_node=8, num_nodes=1),
-            [FaultTolerancePlugin(num_job_retries_on_failure=2)],
+            [FaultTolerancePlugin(num_job_retries_on_failure=3)],
         )
     assert not for_executor(run.SkypilotJobsExecutor(gpus="H100")).pid1_launch_script
 
@@ -82,7 +82,7 @@ def test_kubeflow_trainjob_carries_no_restart_setting_and_restart_policy_is_neve
 
 def test_kubeflow_retries_are_refused_with_the_runtimes_rule_to_use(kube_home):  # noqa: F811
     with pytest.raises(ResiliencyConfigError, match=r"TrainJob.*ClusterTrainingRuntime.*onExitCodes In \[93\]"):
-        render(kubeflow(), [FaultTolerancePlugin(num_job_retries_on_failure=2)])
+        render(kubeflow(), [FaultTolerancePlugin(num_job_retries_on_failure=3)])
 
 
 def test_the_runtime_rule_the_docs_give_is_a_valid_kubernetes_pod_failure_policy():
