@@ -7,7 +7,10 @@ for the signal after each step, saves a checkpoint and exits 0. Other schedulers
 local run stopped with ``kill``) send SIGTERM too, so the handler is kept there; no Slurm field is set, the
 plugin logs that ``preempt_time`` has no effect, and where the executor exposes the platform's SIGTERM ->
 SIGKILL grace period (Kubeflow's ``terminationGracePeriodSeconds``, 30 s by default; Docker's stop timeout)
-it warns when ``ft_state.json`` says one step plus one save takes longer.
+it warns when ``ft_state.json`` says one step plus one save takes longer. In a container whose first process
+is NeMo-Run's bash launch script (which drops the platform's SIGTERM), it puts this package's container entry
+in front of it where the executor has a route (Docker: :mod:`nemo_resiliency_plugins.core.container_entry`),
+and warns (``PreemptionSignalWarning``) where it has none yet (DGX Cloud, Lepton, Kubeflow).
 
 What it does differently, each point measured or checked against Megatron Bridge 0.6.2, NeMo-Run 0.11.1,
 NVRx 0.7.0 and Slurm 22.05 (the local cluster of ``.ci/slurm-up``):
@@ -62,7 +65,7 @@ from typing import Any
 
 import nemo_run as run
 
-from nemo_resiliency_plugins.core import autoresume, executor_config, task_config
+from nemo_resiliency_plugins.core import autoresume, container_entry, executor_config, task_config
 from nemo_resiliency_plugins.core.validation import Checker, KnownKeywords
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
 from nemo_resiliency_plugins.local_checkpoint import local_checkpoints_on
@@ -236,9 +239,20 @@ class PreemptionPlugin(KnownKeywords, run.Plugin):
                 ),
             )
             self._warn_if_grace_too_short(task, executor, checkpoint_dir)
-            lost = executor_config.signal_reaches_ranks(executor, plugin=name)
-            if lost and self.enable_exit_handler:
-                warnings.warn(f"{name}: {lost}", PreemptionSignalWarning, stacklevel=2)
+            if self.enable_exit_handler:
+                # Docker (and every container executor with a route): the entry passes SIGTERM to ft_launcher.
+                entry = container_entry.install_container_entry(executor, plugin=name)
+                if entry is not None:
+                    logger.info(
+                        "%s: the container's first process is %s %s, which passes the platform's SIGTERM to the "
+                        "launcher (NeMo-Run's bash launch script would drop it)",
+                        name,
+                        container_entry.INTERPRETER,
+                        entry,
+                    )
+                lost = container_entry.signal_entry_problem(executor, plugin=name)
+                if lost:
+                    warnings.warn(f"{name}: {lost}", PreemptionSignalWarning, stacklevel=2)
 
     def script_args(self) -> PreemptionPluginScriptArgs:
         return PreemptionPluginScriptArgs(

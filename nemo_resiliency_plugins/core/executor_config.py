@@ -170,7 +170,18 @@ def set_retries(executor: Any, retries: int, *, plugin: str, field: str, default
         if retries == 0:
             return
         if retries == default:
-            logger.info("%s: %s=%s not applied: %s", plugin, field, retries, rules.retries_note)
+            # Megatron Bridge's default (2) on every executor: an error would break every drop-in use off Slurm,
+            # so it is a warning naming why, never silence (explain/doctor show the same rule).
+            logger.warning(
+                "%s: %s=%s not applied on %s: %s. Set %s.%s=0 to silence this",
+                plugin,
+                field,
+                retries,
+                rules.label,
+                rules.retries_note,
+                plugin,
+                field,
+            )
             return
         raise ResiliencyConfigError(
             plugin, field, retries, f"0 on {rules.label}", detail=f"{rules.retries_note}; set {plugin}.{field}=0"
@@ -369,24 +380,6 @@ def platform_stop(executor: Any, *, plugin: str) -> tuple[float | None, str]:
     a sentence for the user). For plugins whose mechanism depends on that signal (preemption)."""
     rules = for_executor(executor, plugin=plugin)
     return rules.grace_period_s(plugin), rules.preemption_note
-
-
-def signal_reaches_ranks(executor: Any, *, plugin: str) -> str | None:
-    """None when a SIGTERM the platform sends to the job reaches ft_launcher / the ranks; else why not and
-    what to do. On Docker, DGX Cloud, Lepton and Kubeflow the container's first process is NeMo-Run's bash
-    launch script (``bash -c`` / ``/bin/bash launch.sh``), and SIGTERM sent to a PID-namespace init that has
-    no handler for it is dropped by the kernel (reproduced here with ``unshare --pid``: the child never saw
-    it, and the job ran on)."""
-    rules = for_executor(executor, plugin=plugin)
-    if not rules.pid1_launch_script:
-        return None
-    return (
-        f"on {rules.label} the platform's SIGTERM goes to the container's first process, NeMo-Run's bash launch "
-        "script, which as the container's init has no handler for it: the kernel drops the signal, so "
-        "ft_launcher and the ranks never see it and the job is SIGKILLed after the grace period without a save. "
-        "Send the signal to ft_launcher itself (e.g. a Kubernetes preStop hook running 'pkill -TERM -f "
-        "ft_launcher', or 'docker exec <container> pkill -TERM -f ft_launcher' before 'docker stop')"
-    )
 
 
 def note_no_effect(executor: Any, *, plugin: str, field: str, why: str) -> None:

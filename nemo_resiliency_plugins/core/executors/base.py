@@ -75,6 +75,10 @@ class ExecutorRules:
         pid1_launch_script: the container's first process is NeMo-Run's bash launch script. The platform's
             SIGTERM goes to that process only, and a PID-namespace init with no handler for it never gets it
             (the kernel drops it; measured here with ``unshare --pid``): the ranks see nothing until SIGKILL.
+        entry_route: :meth:`install_entry` can put the container entry
+            (:mod:`nemo_resiliency_plugins.job.container_entry`) in front of that launch script.
+        job_restarts: what brings a failed or stopped job back on this platform, and what stops a crash loop
+            (for ``explain`` and the docs; ``retries_note`` says why ``executor.retries`` is not honoured).
     """
 
     executor: Any
@@ -92,6 +96,8 @@ class ExecutorRules:
     pid1_launch_script: ClassVar[bool] = False
     ships_files: ClassVar[bool] = False
     retries_break_job: ClassVar[bool] = False
+    entry_route: ClassVar[bool] = False
+    job_restarts: ClassVar[str] = ""
 
     # ------------------------------------------------------------------------------------- the job's shape
 
@@ -155,6 +161,13 @@ class ExecutorRules:
             "executor",
             self.label,
             detail=f"internal: {self.label} has no route for a file of this package; use its launcher config route",
+        )
+
+    def install_entry(self, command: list[str], *, plugin: str) -> None:
+        """Make ``command`` (interpreter + the shipped entry) the container's first process, with NeMo-Run's
+        launch command as its arguments. Only executors with ``entry_route`` implement it."""
+        raise ResiliencyConfigError(
+            plugin, "executor", self.label, detail=f"internal: {self.label} has no route for the container entry"
         )
 
     def configs_dir(self) -> str:

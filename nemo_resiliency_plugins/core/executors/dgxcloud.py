@@ -27,7 +27,13 @@ class DGXCloudRules(ExecutorRules):
     label: ClassVar[str] = "DGXCloudExecutor"
     sets_group_rank: ClassVar[bool] = True
     retries_note: ClassVar[str] = (
-        "NeMo-Run's DGXCloudExecutor only exports TORCHX_MAX_RETRIES; nothing resubmits a failed workload"
+        "NeMo-Run's DGXCloudExecutor only exports TORCHX_MAX_RETRIES: the Run:ai workload it posts "
+        "(create_training_job) has no retry or exit-code setting of NeMo-Run's, so nothing resubmits a failed "
+        "workload and nothing could keep NVRx's no-restart exit (93) from being retried"
+    )
+    job_restarts: ClassVar[str] = (
+        "nothing: a failed or stopped workload stays failed; submit the experiment again to resume from the last "
+        "checkpoint. In-job restarts (num_in_job_restarts) still apply"
     )
     pid1_launch_script: ClassVar[bool] = True
     preemption_note: ClassVar[str] = (

@@ -6,10 +6,16 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from nemo_resiliency_plugins.core.executors.base import ExecutorRules
+from nemo_resiliency_plugins.core.nvrx_launcher import NO_RESTART_EXIT_CODE
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
 
 #: Kubernetes' default terminationGracePeriodSeconds.
 KUBERNETES_DEFAULT_GRACE_S = 30.0
+#: The Job podFailurePolicy that keeps NVRx's no-restart exit final, for the trainer Job of a
+#: ClusterTrainingRuntime (validated against the kubernetes client's models in CI).
+NO_RESTART_POD_FAILURE_POLICY = {
+    "rules": [{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [NO_RESTART_EXIT_CODE]}}]
+}
 
 
 @dataclass(kw_only=True)
@@ -24,14 +30,28 @@ class KubeflowRules(ExecutorRules):
       ``ln -sfn`` makes ``/nemo_run/code``). Without a PVC nothing is shipped and the command runs in exec
       form: refused for fault tolerance.
     * Several nodes: ``GROUP_RANK`` is left unset (NVRx assigns infrastructure ranks itself).
-    * Retries: not read (``restart_policy`` is never used either).
+    * Retries: not read (``restart_policy`` is never used either). NeMo-Run submits a Kubeflow Trainer v2
+      TrainJob, which has no retry or exit-code field: those live in the ClusterTrainingRuntime (JobSet
+      failurePolicy, the trainer Job's backoffLimit and podFailurePolicy). Refused, naming the rule to put there.
     * Preemption: a pod gets SIGTERM and SIGKILL after ``terminationGracePeriodSeconds`` (30 s by default;
       ``pod_spec_overrides={"terminationGracePeriodSeconds": N}`` sets it).
     """
 
     label: ClassVar[str] = "KubeflowExecutor"
     task_env_reaches_job: ClassVar[bool] = False
-    retries_note: ClassVar[str] = "NeMo-Run's KubeflowExecutor does not read executor.retries"
+    retries_note: ClassVar[str] = (
+        "NeMo-Run's KubeflowExecutor submits a Kubeflow Trainer v2 TrainJob (trainer.kubeflow.org/v1alpha1) and "
+        "does not read executor.retries; a TrainJob has no retry or exit-code field (JobSet failurePolicy and the "
+        "trainer Job's backoffLimit / podFailurePolicy come from the ClusterTrainingRuntime named by runtime_ref), "
+        "and PyTorchJob's restartPolicy: ExitCode is the Training Operator v1 API, which NeMo-Run does not submit. "
+        "Set job retries in the runtime, with a podFailurePolicy rule FailJob onExitCodes In [93] so that NVRx's "
+        "no-restart exit stays final"
+    )
+    job_restarts: ClassVar[str] = (
+        "the ClusterTrainingRuntime named by runtime_ref (JobSet failurePolicy.maxRestarts, the trainer Job's "
+        "backoffLimit and podFailurePolicy), not the TrainJob NeMo-Run submits; a podFailurePolicy rule "
+        "{action: FailJob, onExitCodes: {operator: In, values: [93]}} keeps a crash loop from being retried"
+    )
     pid1_launch_script: ClassVar[bool] = True
     preemption_note: ClassVar[str] = (
         "a pod gets SIGTERM, then SIGKILL after terminationGracePeriodSeconds (Kubernetes default 30 s; "

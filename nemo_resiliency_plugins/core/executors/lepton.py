@@ -27,7 +27,14 @@ class LeptonRules(ExecutorRules):
     label: ClassVar[str] = "LeptonExecutor"
     env_in_shell: ClassVar[bool] = False
     task_env_reaches_job: ClassVar[bool] = False
-    retries_note: ClassVar[str] = "NeMo-Run's LeptonExecutor does not pass executor.retries to the Lepton job"
+    retries_note: ClassVar[str] = (
+        "NeMo-Run's LeptonExecutor does not pass executor.retries to the Lepton job: create_lepton_job sends "
+        "max_failure_retry=None and max_job_failure_retry=None, with no way to set them"
+    )
+    job_restarts: ClassVar[str] = (
+        "nothing: NeMo-Run sends the Lepton job without failure retries; submit the experiment again to resume "
+        "from the last checkpoint. In-job restarts (num_in_job_restarts) still apply"
+    )
     pid1_launch_script: ClassVar[bool] = True
     preemption_note: ClassVar[str] = (
         "a preemptible Lepton job (can_be_preempted=True) is stopped with SIGTERM, then killed after the "

@@ -27,8 +27,11 @@ class SkypilotRules(ExecutorRules):
 
     label: ClassVar[str] = "SkypilotExecutor"
     retries_note: ClassVar[str] = (
-        "NeMo-Run's Skypilot executors do not read executor.retries (managed jobs recover from spot preemption "
-        "through SkyPilot's own job_recovery)"
+        "NeMo-Run's Skypilot executors do not read executor.retries, and a task on a SkyPilot cluster is not "
+        "recovered by SkyPilot at all"
+    )
+    job_restarts: ClassVar[str] = (
+        "nothing: a task on a SkyPilot cluster is not recovered; launch it again to resume from the last checkpoint"
     )
     preemption_note: ClassVar[str] = (
         "a preempted spot VM gets the cloud's notice (e.g. 2 minutes on AWS, 30 s on GCP) and is then stopped"
@@ -40,4 +43,19 @@ class SkypilotRules(ExecutorRules):
 
 @dataclass(kw_only=True)
 class SkypilotJobsRules(SkypilotRules):
+    """A SkyPilot managed job: SkyPilot's jobs controller relaunches it after a preemption (its default
+    ``job_recovery``), never after the program fails. NeMo-Run's ``to_resources`` builds the task's resources
+    from a fixed list of executor fields, without ``job_recovery``, so ``max_restarts_on_errors`` stays 0; and
+    SkyPilot's ``recover_on_exit_codes`` can only add exit codes to recover from, never keep one (NVRx's 93)
+    from being retried under ``max_restarts_on_errors``."""
+
     label: ClassVar[str] = "SkypilotJobsExecutor"
+    retries_note: ClassVar[str] = (
+        "NeMo-Run's SkypilotJobsExecutor builds the managed job's resources without job_recovery, so SkyPilot's "
+        "max_restarts_on_errors stays 0 (a failed program is not relaunched); SkyPilot's own job_recovery could "
+        "not keep NVRx's no-restart exit (93) from being retried either (recover_on_exit_codes only adds codes)"
+    )
+    job_restarts: ClassVar[str] = (
+        "SkyPilot's jobs controller relaunches a preempted managed job (default job_recovery) and it resumes from "
+        "the last checkpoint; a failed program, a crash loop's exit 93 included, is not relaunched"
+    )

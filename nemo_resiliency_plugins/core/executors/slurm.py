@@ -28,6 +28,10 @@ class SlurmRules(ExecutorRules):
     honours_retries: ClassVar[bool] = True
     infra_rank_env: ClassVar[str | None] = "SLURM_PROCID"
     preemption_note: ClassVar[str] = "PreemptionPlugin asks Slurm for the signal before the time limit"
+    job_restarts: ClassVar[str] = (
+        "NeMo-Run's requeue (executor.retries = num_job_retries_on_failure), guarded by this package: a run "
+        "that ends with NVRx's no-restart exit (93) is not requeued, and the failed node can be excluded"
+    )
 
     def deliver_file(self, name: str, content: str, *, plugin: str) -> str:
         executor = self.executor
