@@ -65,6 +65,7 @@ def lcp(**kw):
         ("async_ckpt_use_cpu_shm", 1, "True or False"),
         ("async_write_results_mp_mode", "thread", "'fork', 'spawn', 'forkserver'"),
         ("dist_ckpt_workers", 0, ">= 1"),
+        ("ckpt_assume_constant_structure", "yes", "True or False"),
         ("script_args_converter_fn", "x", "function"),
     ],
 )
