@@ -290,6 +290,7 @@ class LocalCheckpointPlugin(run.Plugin):
 
 # ------------------------------------------------------------------------------------- cross-plugin rules
 
+
 def _nodes(executor: Any) -> int | None:
     try:
         return int(executor.nnodes())

@@ -61,8 +61,14 @@ CHECKPOINT_ARGS = ["checkpoint.save=/tmp/pretrain_proof/ckpt", "checkpoint.save_
 INPROCESS = SHORT_TIMEOUTS
 # Issue 32 item 6: the same, with timeouts the timeout chain accepts against the longest save (the first save of a
 # process took ~30 s beside other jobs on the H200): soft 60 s (Megatron Bridge's default) > first save.
-INPROCESS_LONG = dict(SHORT_TIMEOUTS, soft_timeout=60.0, hard_timeout=90.0, barrier_timeout=120.0,
-                      completion_timeout=120.0, heartbeat_timeout=60.0)
+INPROCESS_LONG = dict(
+    SHORT_TIMEOUTS,
+    soft_timeout=60.0,
+    hard_timeout=90.0,
+    barrier_timeout=120.0,
+    completion_timeout=120.0,
+    heartbeat_timeout=60.0,
+)
 
 
 def _apply(plugin: run.Plugin, args: list[str] | None = None) -> dict:
