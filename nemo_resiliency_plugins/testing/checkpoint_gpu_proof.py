@@ -2,7 +2,7 @@
 
 NOT RUN IN CI, NOT RUN ON THE DEVELOPMENT MACHINE (no CUDA there). Run on the lent H200 (1 GPU: every case but
 REPLICA, which needs 2 ranks on 2 GPUs) through ``benchmarks/gpu/checkpoint_entry.py``; results in
-``benchmarks/results/gpu/2026-12-04-evening/`` and ``benchmarks/results/gpu/2026-12-05/``. With this package's environment on a 2-GPU machine:
+``benchmarks/results/gpu/2026-12-04-evening/``, ``.../2026-12-05/``. With this package's environment on a 2-GPU machine:
 
     torchrun --standalone --nproc-per-node=2 -m nemo_resiliency_plugins.testing.checkpoint_gpu_proof /tmp/proof 512
 

@@ -113,6 +113,19 @@ def timeout_chain(
                     f"{soft:g} s < {hard:g} s < {barrier:g} s",
                 )
             )
+        if soft is not None:
+            # NVRx stamps progress only while the main thread runs Python bytecode: a save longer than soft_timeout
+            # counts as a hang, and the re-entry saves again (issue 32 item 6, H200: the first save of a process took
+            # ~30 s beside other jobs, also the first after each in-process restart).
+            links.append(
+                _cmp(
+                    "in-process soft timeout > longest save (first save of a process included)",
+                    soft,
+                    save_time_s,
+                    "soft_timeout",
+                    "save",
+                )
+            )
         watchdog = nccl_timeout_s or MB_DEFAULT_NCCL_TIMEOUT_S
         if hard is not None:
             links.append(

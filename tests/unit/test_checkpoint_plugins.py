@@ -356,3 +356,33 @@ def test_rehearsal_runs_local_checkpoints_on_one_machine_and_says_what_it_cannot
     assert local_plugin.non_persistent_local_ckpt_algo == "atomic"  # fully_parallel's load needs CUDA
     assert any("non_persistent_save_interval: 50 ->" in n for n in scaled)
     assert any("replication" in m and "one" in m for m in missing)
+
+
+def test_chain_in_process_soft_timeout_must_outlast_the_longest_save():
+    """Issue 32 item 6 (H200, 2026-12-05): a first torch_dist save of ~30 s beside other jobs against the proof's 20 s
+    soft timeout looped; soft 60 s recovered in-process, bit-exact (docs/gpu.md)."""
+    from nemo_resiliency_plugins import InProcessRestartPlugin
+    from nemo_resiliency_plugins.tools.timeout_chain import timeout_chain
+
+    def link(plugin, save):
+        (found,) = [
+            x for x in timeout_chain([plugin], save_time_s=save) if x.name.startswith("in-process soft timeout >")
+        ]
+        return found
+
+    from nemo_resiliency_plugins.testing.inprocess_loop import SHORT_TIMEOUTS
+
+    short = InProcessRestartPlugin(**SHORT_TIMEOUTS)  # soft 20 s: the proof's first setting
+    long = InProcessRestartPlugin(
+        **dict(
+            SHORT_TIMEOUTS,
+            soft_timeout=60.0,
+            hard_timeout=90.0,
+            barrier_timeout=120.0,
+            completion_timeout=120.0,
+            heartbeat_timeout=60.0,
+        )
+    )
+    assert link(short, 31.9).ok is False
+    assert link(long, 31.9).ok is True
+    assert link(long, None).ok is None
