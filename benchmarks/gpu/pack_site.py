@@ -32,11 +32,22 @@ pydantic pydantic-core annotated-types typing-inspection
 """.split()
 # (The last line: ModelOpt's imports, for the real-pretrain proof; see pack_wheels.)
 
+# NeMo-Run itself, for the job launched through ``run.Experiment`` on the GPU machine (``nemorun_job.py``): what
+# ``import nemo_run`` + its LocalExecutor, torchx local scheduler and ft_launcher component import, plus this
+# package's plugins, minus what the machine's image has (found by importing them here and listing sys.modules'
+# distributions against KINDS.md's package list). typer, click and rich are in the image, but nemo-run's CLI
+# decorators need the versions it was tested with, so ours travel too. Into ``nemorun.tar.gz``; ~?? MB.
+NEMORUN = """
+nemo_run torchx fiddle fabric invoke paramiko bcrypt PyNaCl cryptography catalogue contextlib2 decorator
+docstring_parser exceptiongroup fastapi starlette graphviz importlib_metadata lazy-importer leptonai ledoc-ui
+libcst loguru prometheus-fastapi-instrumentator python-multipart uvicorn watchfiles typer click rich
+""".split()
 
-def main(out_dir: str) -> None:
+
+def main(out_dir: str, names: list[str] = CARRY, site_name: str = "site.tar.gz") -> None:
     os.makedirs(out_dir, exist_ok=True)
     by_base: dict[str, list[str]] = {}
-    for name in CARRY:
+    for name in names:
         dist = md.distribution(name)
         base = str(dist.locate_file(""))
         for f in dist.files or []:
@@ -46,7 +57,7 @@ def main(out_dir: str) -> None:
             if os.path.isfile(os.path.join(base, rel)):
                 by_base.setdefault(base, []).append(rel)
     for base, files in by_base.items():
-        target = os.path.join(out_dir, "nvrx.tar.gz" if base.rstrip("/").endswith("nvrx") else "site.tar.gz")
+        target = os.path.join(out_dir, "nvrx.tar.gz" if base.rstrip("/").endswith("nvrx") else site_name)
         with tarfile.open(target, "w:gz") as tar:
             for rel in sorted(files):
                 tar.add(os.path.join(base, rel), arcname=rel)
@@ -82,6 +93,9 @@ def pack_wheels(wheel_dir: str, out_dir: str) -> None:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--nemo-run"]:  # pack_site.py --nemo-run OUT: nemo-run and its imports only
+        main(sys.argv[2] if len(sys.argv) > 2 else ".whl", NEMORUN, "nemorun.tar.gz")
+        sys.exit(0)
     main(sys.argv[1] if len(sys.argv) > 1 else ".whl")
     if len(sys.argv) > 2:  # pack_site.py OUT WHEEL_DIR: also the real-pretrain proof's extra wheels
         pack_wheels(sys.argv[2], sys.argv[1] if len(sys.argv) > 1 else ".whl")

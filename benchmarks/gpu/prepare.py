@@ -59,6 +59,16 @@ LOCAL = dict(non_persistent_local_ckpt_dir="/tmp/pretrain_proof/local_ckpt", non
 # points save and load at each job's own directory.
 CHECKPOINT_ARGS = ["checkpoint.save=/tmp/pretrain_proof/ckpt", "checkpoint.save_interval=10"]
 INPROCESS = SHORT_TIMEOUTS
+# Issue 32 item 6: the same, with timeouts the timeout chain accepts against the longest save (the first save of a
+# process took ~30 s beside other jobs on the H200): soft 60 s (Megatron Bridge's default) > first save.
+INPROCESS_LONG = dict(
+    SHORT_TIMEOUTS,
+    soft_timeout=60.0,
+    hard_timeout=90.0,
+    barrier_timeout=120.0,
+    completion_timeout=120.0,
+    heartbeat_timeout=60.0,
+)
 
 
 def _apply(plugin: run.Plugin, args: list[str] | None = None) -> dict:
@@ -99,6 +109,7 @@ def main(out_dir: str) -> None:
         "fault_tolerance": ft,
         "straggler": _apply(StragglerDetectionPlugin(**STRAGGLER)),
         "inprocess_restart": _apply(InProcessRestartPlugin(**INPROCESS)),
+        "inprocess_restart_long": _apply(InProcessRestartPlugin(**INPROCESS_LONG)),
         "fault_tolerance_calc": _apply(FaultTolerancePlugin(**FT_CALC)),
         "preemption": _apply(PreemptionPlugin(**PREEMPTION), CHECKPOINT_ARGS),
         "rerun": _apply(RerunStateMachinePlugin(**RERUN)),

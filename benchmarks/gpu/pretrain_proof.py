@@ -54,7 +54,7 @@ FAULT_STEP = 25  # where kill, hang, sigterm, raise and the checkpoint cases str
 WORK = "/tmp/pretrain_proof"
 ALL = (
     "base", "kill", "hang", "sigterm", "calc", "rerun", "straggler", "inprocess", "async", "local", "localbad",
-    "localguard",
+    "localguard", "inprocesslong",
 )  # fmt: skip
 # Where each job saves and loads: the plugins that check autoresume saw a placeholder checkpoint.save (prepare.py)
 # and set checkpoint.load to it; every job gets its own directory for both, as that setup would give it.
@@ -354,9 +354,13 @@ class Proof:
         r["slow_to_warning_s"] = delta(job, r"FAULT_INJECTED kind=slow", r"STRAGGLER DETECTION WARNING")
         self.results["straggler"] = r
 
-    def inprocess(self) -> None:
+    def inprocesslong(self) -> None:
+        """Issue 32 item 6: in-process timeouts above the longest save (prepare.py's INPROCESS_LONG)."""
+        self.inprocess("inprocesslong", "inprocess_restart_long")
+
+    def inprocess(self, name: str = "inprocess", key: str = "inprocess_restart") -> None:
         fault = {"NRP_FAULT": "raise", "NRP_FAULT_STEP": str(FAULT_STEP)}
-        job = self.run(self.torchrun_job("inprocess", "inprocess_restart", self._save("inprocess"), ITERS, fault, 240))
+        job = self.run(self.torchrun_job(name, key, self._save(name), ITERS, fault, 300))
         r = self.common(job)
         r["train_starts"] = lines(job, r"TRAIN_START", 6)
         r["inprocess_lines"] = lines(
@@ -365,7 +369,8 @@ class Proof:
             40,
         )
         r["fault_to_resumed_s"] = delta(job, r"FAULT_INJECTED", r"successfully loaded checkpoint")
-        self.results["inprocess"] = r
+        r["save_lines"] = lines(job, r"(?i)saved checkpoint|saving checkpoint|SOFT_TIMEOUT|RankShouldRestart", 12)
+        self.results[name] = r
 
     def bundle(self) -> None:
         """summary.json and the logs so far (after every case: a call cut short still brings them back)."""

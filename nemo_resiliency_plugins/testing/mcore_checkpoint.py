@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["Checkpointer", "local_checkpoint_manager", "plain", "sharded_state_dict"]
+__all__ = ["Checkpointer", "local_checkpoint_manager", "mb_save_strategy", "plain", "sharded_state_dict"]
 
 
 def local_checkpoint_manager(ckpt_cfg: Any) -> Any:
@@ -38,6 +38,32 @@ def local_checkpoint_manager(ckpt_cfg: Any) -> Any:
             ckpt_cfg.replication_jump, ckpt_cfg.replication_factor
         )
     return LocalCheckpointManager(ckpt_cfg.non_persistent_local_ckpt_dir, repl_strategy=strategy)
+
+
+def mb_save_strategy(ckpt_cfg: Any, group: Any = None, cpu_shm_mode: bool = False) -> Any:
+    """The ``torch_dist`` save strategy Megatron Bridge 0.6.2's ``save_checkpoint`` builds from ``ckpt_cfg``.
+
+    Built once and kept for every later save (Megatron Bridge keeps it in ``checkpointing_context``):
+    ``TorchDistSaveShardedStrategy("torch_dist", 1, thread_count=storage_writers_per_rank)``; with
+    ``ckpt_assume_constant_structure`` its ``use_cached_ckpt_structure`` is on (Megatron Core then reuses the save
+    plans and global metadata of the first save, and NVRx's writer gets ``use_cached_data_structure=True``: its
+    persistent worker keeps the CUDA IPC handles of the state dict's tensors instead of opening them again at
+    every save); with ``fully_parallel_save`` it is wrapped in ``FullyParallelSaveStrategyWrapper`` over
+    ``group`` (the data-parallel group; the world when None), which caches the distribution of the saves when
+    the structure is constant. ``cpu_shm_mode`` (Megatron Core's option, which Megatron Bridge 0.6.2 never sets)
+    copies the GPU tensors into shared CPU memory in the training process instead.
+    """
+    from megatron.core.dist_checkpointing.strategies.fully_parallel import FullyParallelSaveStrategyWrapper
+    from megatron.core.dist_checkpointing.strategies.torch import TorchDistSaveShardedStrategy
+
+    strategy = TorchDistSaveShardedStrategy(
+        "torch_dist", 1, thread_count=ckpt_cfg.storage_writers_per_rank, cpu_shm_mode=cpu_shm_mode
+    )
+    if ckpt_cfg.ckpt_assume_constant_structure:
+        strategy.use_cached_ckpt_structure = True
+    if ckpt_cfg.fully_parallel_save:
+        strategy = FullyParallelSaveStrategyWrapper(strategy, group, ckpt_cfg.ckpt_assume_constant_structure)
+    return strategy
 
 
 # ----------------------------------------------------------------------------------------------- state dicts
@@ -80,9 +106,13 @@ class Checkpointer:
 
     TRACKER = "latest_checkpointed_iteration.txt"
 
-    def __init__(self, state: Any, ckpt_cfg: Any) -> None:
+    def __init__(self, state: Any, ckpt_cfg: Any, strategy: Any = None) -> None:
+        """``strategy``: a save strategy kept for every persistent save (:func:`mb_save_strategy`), as Megatron
+        Bridge keeps one; None: Megatron Core's default strategy, built anew at each save."""
         self.state = state
         self.cfg = ckpt_cfg
+        self.strategy = strategy
+        self.saves = 0
         self.local = local_checkpoint_manager(ckpt_cfg) if ckpt_cfg.non_persistent_ckpt_type == "local" else None
         if ckpt_cfg.async_save:
             state.initialize_async_checkpoint_worker()
@@ -111,11 +141,20 @@ class Checkpointer:
             if on_durable is not None:
                 on_durable(step)
 
+        extra: dict[str, Any] = {}
+        if self.strategy is not None:
+            # Megatron Bridge skips the sharding validation after the first save when the structure is constant.
+            extra = {
+                "sharded_strategy": self.strategy,
+                "validate_access_integrity": not (self.saves and self.cfg.ckpt_assume_constant_structure),
+            }
+        self.saves += 1
         request = dist_checkpointing.save(
             sharded,
             directory,
             async_sharded_save=bool(self.cfg.async_save),
             async_strategy=self.cfg.async_strategy,
+            **extra,
         )
         if request is None:
             durable()

@@ -28,7 +28,7 @@ ASYNC_CASES = [
         async_write_results_mp_mode="spawn",
         dist_ckpt_workers=2,
     ),
-    AsyncCheckpointPlugin(async_ckpt_io_priority=0, async_ckpt_cpu_priority=0),
+    AsyncCheckpointPlugin(async_ckpt_io_priority=0, async_ckpt_cpu_priority=0, ckpt_assume_constant_structure=True),
 ]
 LOCAL_CASES = [
     LocalCheckpointPlugin(non_persistent_local_ckpt_dir=LOCAL_DIR, non_persistent_save_interval=2),
