@@ -137,7 +137,7 @@ def test_docker_stop_saves_exits_0_and_a_rerun_resumes_to_the_fault_free_paramet
     t0 = time.monotonic()
     job = Launched(
         local_docker,
-        workload_script(save, None, step_time="0.5", fault_step=0),  # 20 steps x 0.5 s: time to stop it mid-run
+        workload_script(save, None, step_time="2", fault_step=0),  # 20 x 2 s: a stop lands mid-run under load
         _plugins(),
         name="offslurm-stop",
         writable=[save],
