@@ -161,14 +161,6 @@ def jobs(local_slurm, tmp_path_factory):
             nodes=2,
             ntasks_per_node=1,
         ),
-        # Issue 32. The crash loop on 2 nodes: the killed rank's launcher exits 93, srun stops the other node and
-        # returns 143; the guard reads NVRx's verdict in the launchers' log and ends the job FAILED, no requeue.
-        "two-node-crash-loop": dict(
-            env={**crash_loop, "NVRX_ENABLE_MULTI_LAUNCHERS_PER_NODE": "1"},
-            ft=_ft(num_in_job_restarts=3, max_no_progress_cycles=2, num_job_retries_on_failure=2),
-            nodes=2,
-            ntasks_per_node=1,
-        ),
         # A 2-node job whose first launchers' step cannot be created (no "srun: error: <node>: task" line) is
         # requeued without an exclusion; then a slow node (every rank started on it is 3x slower) makes Megatron
         # Bridge's straggler stop end the run with exit 0: requeued excluding that node; the last run finishes.
@@ -448,26 +440,6 @@ def test_two_node_job_leaves_a_lost_node_and_a_hung_node_behind(jobs):
 
 
 # ----------------------------------------------------------------- issue 32: multi-node ends as the proofs promise
-
-
-def test_two_node_crash_loop_ends_failed_with_the_no_restart_reason_not_requeued(jobs):
-    job, save, res = jobs["two-node-crash-loop"]
-    logs = job.logs()
-    assert "Consecutive cycles without progress: 2/2" in logs, logs[-6000:]
-    assert "NVRx decided the job must not be restarted (no_progress)" in logs, logs[-6000:]
-    # srun's code was not 93 (one node's launcher exited 93, the other was stopped): the log was the verdict.
-    verdict = re.findall(
-        r"^nemo-resiliency-plugins: NVRx decided the job must not be restarted \((\w+); step exit code (\d+):.*"
-        r"not requeued, no node excluded, the job ends FAILED with no-restart code 93$",
-        logs,
-        re.M,
-    )
-    assert [reason for reason, _ in verdict] == ["no_progress"], (verdict, logs[-6000:])
-    print(f"\n2-node crash loop {job.job_id}: srun's exit code {verdict[0][1]}")
-    assert (res.state, res.exit_code, res.restarts) == ("FAILED", 93, 0), res.record
-    assert "the requeued job excludes" not in logs and "] FINISHED step=" not in logs
-    rec = res.record
-    assert rec.get("ExcNodeList") in (None, "(null)", ""), rec
 
 
 def test_step_without_a_node_line_is_requeued_without_exclusion(jobs):
