@@ -12,6 +12,7 @@ import json
 import math
 import os
 import re
+import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -466,7 +467,13 @@ def _flag_checks(task: Any, executor: Any) -> list[Check]:
     try:
         from nemo_run.run.torchx_backend.packaging import package
 
-        app = package("doctor", task, executor, serialize_to_file=False)
+        # NeMo-Run's packaging writes <name>_executor.yaml into the executor's job directory: on a copy pointed at a
+        # scratch directory, so that doctor never adds files to a saved experiment it inspects.
+        probe = copy.deepcopy(executor)
+        with tempfile.TemporaryDirectory(prefix="nrp-doctor-") as scratch:
+            if hasattr(probe, "job_dir"):
+                probe.job_dir = scratch
+            app = package("doctor", copy.deepcopy(task), probe, serialize_to_file=False)
         args = [str(a) for a in app.roles[0].args]
         env = dict(app.roles[0].env)
     except Exception as err:
