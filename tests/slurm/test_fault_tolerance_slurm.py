@@ -47,14 +47,6 @@ STEPS = 20  # the reference config's train.train_iters; checkpoint every 5 steps
 FAULT_STEP = 13  # the killed rank's attempt resumes from step 10
 
 
-# The user's own setup_lines (kept and called by the plugins' srun function): in the first run only, the launchers'
-# step asks for more CPUs per task than a node has, and Slurm refuses to create it ("srun: error: Unable to create
-# step for job <id>: More processors requested than permitted"): a failed step with no line naming a node.
-NO_STEP_ON_FIRST_RUN = """if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then
-  srun() { case " $* " in *" ft_launcher "*) command srun --cpus-per-task=64 "$@" ;; *) command srun "$@" ;; esac; }
-fi"""
-
-
 def _ft(**overrides) -> dict:
     settings = dict(
         num_in_job_restarts=1,
@@ -158,22 +150,6 @@ def jobs(local_slurm, tmp_path_factory):
                 section_timeouts={"setup": 300, "step": 6, "checkpointing": 120},
                 silent_node_timeout=20,
             ),
-            nodes=2,
-            ntasks_per_node=1,
-        ),
-        # A 2-node job whose first launchers' step cannot be created (no "srun: error: <node>: task" line) is
-        # requeued without an exclusion; then a slow node (every rank started on it is 3x slower) makes Megatron
-        # Bridge's straggler stop end the run with exit 0: requeued excluding that node; the last run finishes.
-        "straggler-stop": dict(
-            env={
-                "NRP_STEP_TIME": "0.3",
-                "NRP_FAULT": "slow_node",
-                "NRP_FAULT_STEP": "0",
-                "NVRX_ENABLE_MULTI_LAUNCHERS_PER_NODE": "1",
-            },
-            ft=_ft(num_in_job_restarts=0, num_job_retries_on_failure=2, calc_ft_timeouts=False),
-            straggler=dict(stop_if_detected=True, report_time_interval=1.0, gpu_relative_perf_threshold=0.7),
-            setup_lines=NO_STEP_ON_FIRST_RUN,
             nodes=2,
             ntasks_per_node=1,
         ),
@@ -441,50 +417,4 @@ def test_two_node_job_leaves_a_lost_node_and_a_hung_node_behind(jobs):
 
 # ----------------------------------------------------------------- issue 32: multi-node ends as the proofs promise
 
-
-def test_step_without_a_node_line_is_requeued_without_exclusion(jobs):
-    job, save, res = jobs["straggler-stop"]
-    attempts, logs = job.attempt_logs(), job.logs()
-    assert re.search(r"^srun: error: Unable to create step for job \d+", logs, re.M), logs[-6000:]
-    assert "FINISHED" not in attempts.get(0, ""), attempts.get(0, "")[-3000:]  # (no launcher ran in run 0)
-    assert re.search(
-        r"^nemo-resiliency-plugins: no 'srun: error: <node>: task' line: cannot tell which node failed; "
-        r"requeue without excluding one$",
-        logs,
-        re.M,
-    ), logs[-6000:]
-    assert res.restarts >= 1 and 1 in attempts, (res.record, logs[-6000:])
-    results = next(job.task_dir().glob("*_job_results")).read_text().split("\n")
-    assert [ln.split()[-1] for ln in results if ln.strip()][0] == "F", results
-
-
-def test_straggler_stop_requeues_the_job_without_the_slow_node(jobs):
-    baseline = finished_hash(jobs["fault-free"][0].logs())
-    job, save, res = jobs["straggler-stop"]
-    attempts, logs = job.attempt_logs(), job.logs()
-    slow = (save / "nrp_slow_node").read_text().strip()
-    assert (res.state, res.exit_code) == ("COMPLETED", 0), (res.record, logs[-8000:])
-    assert res.restarts == 2, res.record
-    # Run 1: the slow node's rank is reported, Megatron Bridge's loop stops (exit 0), the guard requeues without it.
-    assert "StragglerId(rank=" in attempts[1] and "Exiting program due to straggler detection." in attempts[1]
-    excluded = re.findall(
-        r"^nemo-resiliency-plugins: node (\S+) was reported as a straggler \(training stopped\): the requeued job "
-        r"excludes (\S+)$",
-        logs,
-        re.M,
-    )
-    assert [node for node, _ in excluded] == [slow], (excluded, slow, logs[-8000:])
-    assert "finished, not requeued" in logs
-    # Run 2 ran elsewhere at full speed, resumed from the straggler stop's checkpoint, and matches the fault-free run.
-    last = attempts[2]
-    assert f"SLOW_NODE {slow}" not in last and "Exiting program due to straggler" not in last, last[-6000:]
-    stopped = int(re.findall(r"EXIT on straggler step=(\d+)", attempts[1])[-1])
-    assert f"RESUMED from step {stopped} " in last, last[-6000:]
-    assert finished_hash(last) == baseline
-    rec = res.record
-    if "ExcNodeList" in rec:  # the live record (kept MinJobAge s)
-        ran_on = subprocess.run(
-            ["scontrol", "show", "hostnames", rec.get("NodeList", "")], capture_output=True, text=True
-        ).stdout.split()
-        assert slow not in ran_on, rec
 
