@@ -119,6 +119,8 @@ class AsyncCheckpointPlugin(KnownKeywords, run.Plugin):
             save stages one copy of this rank's checkpoint shard in pinned host memory (NVRx's worker,
             ``tensor.to("cpu", non_blocking=True)``), which PyTorch's pinned-memory cache keeps for the next
             save, so budget host RAM >= the shard size per rank on top of training's own.
+        script_args_converter_fn: for ``run.Script`` tasks whose script does not take Hydra overrides;
+            receives :class:`AsyncCheckpointPluginScriptArgs`, returns the arguments to append.
 
     Where the staging copy goes, and what it costs (measured on one H200, 2026-12-05,
     ``benchmarks/results/gpu/2026-12-05``): training waits only while NVRx's worker copies the GPU tensors
@@ -126,8 +128,6 @@ class AsyncCheckpointPlugin(KnownKeywords, run.Plugin):
     overlaps training. With the strategy Megatron Bridge keeps across saves, a 512 MB-per-rank save cost
     training 0.038 s = 6.1 % of the 0.631 s synchronous stall (defaults) and 0.059 s = 9.4 % with
     ``ckpt_assume_constant_structure=True``; 2 GB: 0.183 s = 6.9 % and 0.170 s = 6.4 % of 2.658 s.
-        script_args_converter_fn: for ``run.Script`` tasks whose script does not take Hydra overrides;
-            receives :class:`AsyncCheckpointPluginScriptArgs`, returns the arguments to append.
 
     ``checkpoint.save`` (where checkpoints go) and ``checkpoint.save_interval`` stay the task's: the plugin
     changes *how* a save is written, not where or how often, and refuses a task without ``checkpoint.save``.
