@@ -58,6 +58,14 @@ def venv_bin() -> str:
     return _BIN
 
 
+@pytest.fixture(scope="session")
+def reference_run(tmp_path_factory):
+    """(save dir, finished process) of the suite's one fault-free reference run (tests/helpers.py says why one)."""
+    from tests.helpers import shared_reference_run
+
+    return shared_reference_run(tmp_path_factory)
+
+
 # ---------------------------------------------------------------------------------------------- parallel runs
 # `.ci/test` runs the suite on two pytest-xdist workers (`-n 2 --dist loadgroup`). Most of a launching test's
 # wall time is spent waiting (a Slurm job in the queue or its requeue hold, a hang until its section timeout,

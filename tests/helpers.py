@@ -4,7 +4,12 @@ the command torchx would launch)."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import json
 import logging
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -49,6 +54,61 @@ def assert_same_params(a: dict, b: dict) -> None:
     assert a.keys() == b.keys()
     for key in a:
         assert torch.equal(a[key], b[key]), key
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def workload_env(**extra: str) -> dict[str, str]:
+    """The environment of a workload run started by a test itself (no NeMo-Run): none of the caller's NRP_,
+    torchelastic or rank variables, the environment's and NVRx's bin first, 10 ms of extra compute per step."""
+    venv = Path(sys.prefix)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NRP_", "TORCHELASTIC_", "PET_"))}
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK"):
+        env.pop(k, None)
+    env["PATH"] = os.pathsep.join([str(venv / "nvrx" / "bin"), str(venv / "bin"), env.get("PATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["PYTHONWARNINGS"] = "ignore"
+    env["NRP_STEP_TIME"] = "0.01"
+    env.update(extra)
+    return env
+
+
+def shared_reference_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """The fault-free reference run: 2 ranks under torchrun, no plugin, the reference config (20 steps, a checkpoint
+    every 5), saving into ``<dir>/save``. Returns (save dir, the finished process with its output).
+
+    Its final parameters are what every faulty run of the suite must reproduce bit for bit: the workload is
+    deterministic whatever launches it and however slow its steps (checked on one CI run's directories: the
+    torchrun reference, a LocalExecutor + ft_launcher run, a DockerExecutor run and a Slurm run gave identical
+    parameters). Computed once per test session: the pytest-xdist workers share it through a lock file in the
+    session's common temporary directory, so the second worker waits for the first worker's run instead of
+    starting its own (each run costs about 35 s of CPU, most of it two interpreters importing Megatron Bridge)."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # pytest-<n>/ holds every worker's popen-gw<k>/: this session's, shared
+    ref = root / "workload-reference"
+    result = ref / "result.json"
+    with open(root / "workload-reference.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if this worker dies
+        if not result.exists():
+            ref.mkdir(exist_ok=True)
+            cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+            cmd += ["-m", "nemo_resiliency_plugins.testing.workload", f"checkpoint.save={ref / 'save'}"]
+            cmd += [f"checkpoint.load={ref / 'save'}"]
+            proc = subprocess.run(
+                cmd,
+                cwd=REPO,
+                env=workload_env(),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                timeout=HANG_GUARD_S,
+            )
+            (ref / "output.txt").write_text(proc.stdout)
+            result.write_text(json.dumps({"args": cmd, "returncode": proc.returncode}))
+    done = json.loads(result.read_text())
+    return ref / "save", subprocess.CompletedProcess(done["args"], done["returncode"], (ref / "output.txt").read_text())
 
 
 TRAIN = "/tmp/nrp-train.py"

@@ -125,7 +125,6 @@ def jobs(local_slurm, tmp_path_factory):
     crash_loop = {"NRP_FAULT": "kill", "NRP_FAULT_REPEAT": "same"}
     specs = {
         "fault-free": dict(env={}, ft=_ft()),
-        "in-job-restart": dict(env={"NRP_FAULT": "kill"}, ft=_ft()),
         "requeue": dict(env={"NRP_FAULT": "kill"}, ft=_ft(num_in_job_restarts=0)),
         "no-retry-left": dict(env={"NRP_FAULT": "kill"}, ft=_ft(num_in_job_restarts=0, num_job_retries_on_failure=0)),
         # 3 restarts allowed, but the tracker stops after 2 cycles without a new checkpoint.
@@ -218,8 +217,11 @@ def test_fault_free_job_runs_under_ft_launcher_and_is_not_requeued_after_success
 
 
 def test_killed_rank_is_restarted_inside_the_job(jobs):
+    """Read on the progress-each-cycle job (killed at steps 8, 13 and 18, each time restarted by ft_launcher in the
+    same allocation): a job of its own for one in-job restart cost a whole Slurm job of the batch and proved
+    nothing this one does not."""
     baseline = finished_hash(jobs["fault-free"][0].logs())
-    job, save, res = jobs["in-job-restart"]
+    job, save, res = jobs["progress-each-cycle"]
     logs = job.logs()
     assert (res.state, res.exit_code, res.restarts) == ("COMPLETED", 0, 0), (res.record, logs[-6000:])
     assert f"FAULT_INJECTED kind=kill step={FAULT_STEP} rank=1" in logs

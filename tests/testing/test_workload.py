@@ -1,15 +1,15 @@
 """Tests of the reference workload (nemo_resiliency_plugins.testing.workload) and its TE accommodation.
 
-Real runs only: torchrun and NVRx's ft_launcher launch real gloo ranks on CPU; Megatron Bridge's real config,
-override parser and fault-tolerance module run inside them. Multi-process tests are marked ``slow``.
+Real runs only: torchrun (or plain python) launches real gloo ranks on CPU; Megatron Bridge's real config, override
+parser and signal handler run inside them. Multi-process tests are marked ``slow``. The workload under NVRx's
+ft_launcher (kill, hang, ``ft_state.json`` round trip) is proven through the plugin in
+tests/smoke/test_fault_tolerance_local.py, and a plain rerun after a fault by every resuming test there.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import shutil
-import signal
 import subprocess
 import sys
 import textwrap
@@ -18,17 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import HANG_GUARD_S
+from tests.helpers import HANG_GUARD_S, workload_env
 
 REPO = Path(__file__).resolve().parents[2]
-VENV = Path(sys.prefix)
 FT_OVERRIDE = (
     "ft={_target_:megatron.bridge.training.config.FaultToleranceConfig,enable_ft_package:true,calc_ft_timeouts:true}"
 )
-FT_FLAGS = [
-    "--ft-rank-section-timeouts=setup:60,step:5,checkpointing:30",
-    "--ft-rank-out-of-section-timeout=30",
-]
 STEPS = 20
 FINISHED_RE = re.compile(r"\[rank0\] FINISHED step=(\d+) params_sha256=([0-9a-f]{64})")
 WALL_TIMES: dict[str, float] = {}
@@ -36,15 +31,7 @@ WALL_TIMES: dict[str, float] = {}
 
 # ------------------------------------------------------------------------------------------------ helpers
 def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NRP_", "TORCHELASTIC_", "PET_"))}
-    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK"):
-        env.pop(k, None)
-    env["PATH"] = os.pathsep.join([str(VENV / "nvrx" / "bin"), str(VENV / "bin"), env.get("PATH", "")])
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    env["PYTHONWARNINGS"] = "ignore"
-    env["NRP_STEP_TIME"] = "0.01"
-    env.update(extra)
-    return env
+    return workload_env(**extra)
 
 
 def _run(name: str, cmd: list[str], env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
@@ -59,11 +46,6 @@ def _run(name: str, cmd: list[str], env: dict[str, str], timeout: float = 300) -
 
 def _torchrun(nproc: int = 2) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
-
-
-def _ft_launcher() -> list[str]:
-    exe = shutil.which("ft_launcher", path=os.pathsep.join([str(VENV / "nvrx" / "bin"), str(VENV / "bin")]))
-    return [exe] if exe else [sys.executable, "-m", "nvidia_resiliency_ext.fault_tolerance.launcher"]
 
 
 def _workload(save: Path, *overrides: str, load: bool = True) -> list[str]:
@@ -204,12 +186,7 @@ def test_fault_spec_from_env(wl):
 
 
 # ------------------------------------------------------------------------------------------------ real runs
-@pytest.fixture(scope="module")
-def reference_run(tmp_path_factory):
-    """Fault-free 2-rank torchrun run, no FT: the bit-exactness reference for the other runs."""
-    save = tmp_path_factory.mktemp("reference")
-    proc = _run("torchrun-2rank-reference", [*_torchrun(), *_workload(save)], _env())
-    return save, proc
+# reference_run (tests/conftest.py): the suite's shared fault-free 2-rank torchrun run, no FT.
 
 
 @pytest.mark.slow
@@ -268,23 +245,6 @@ def test_plus_ft_override_gives_plain_dict_and_fails_like_a_real_run(tmp_path):
 
 
 @pytest.mark.slow
-def test_raise_then_rerun_is_bit_exact(reference_run, tmp_path):
-    ref_save, ref = reference_run
-    assert ref.returncode == 0, _tail(ref)
-    env = _env(NRP_FAULT="raise", NRP_FAULT_STEP="13")
-    first = _run("torchrun-raise-at-13", [*_torchrun(), *_workload(tmp_path)], env)
-    assert first.returncode != 0
-    assert "[rank1] FAULT_INJECTED kind=raise step=13 rank=1" in first.stdout
-    assert not FINISHED_RE.search(first.stdout)
-    second = _run("torchrun-rerun-after-raise", [*_torchrun(), *_workload(tmp_path)], env)
-    assert second.returncode == 0, _tail(second)
-    assert "RESUMED from step 10" in second.stdout
-    assert "FAULT_INJECTED" not in second.stdout  # the marker file prevents a second injection
-    assert _finished(second.stdout) == _finished(ref.stdout)
-    _assert_params_equal(tmp_path, ref_save)
-
-
-@pytest.mark.slow
 def test_sigterm_with_exit_signal_handler_saves_and_exits_cleanly(reference_run, tmp_path):
     ref_save, ref = reference_run
     assert ref.returncode == 0, _tail(ref)
@@ -301,66 +261,6 @@ def test_sigterm_with_exit_signal_handler_saves_and_exits_cleanly(reference_run,
     assert "RESUMED from step 8" in second.stdout
     assert _finished(second.stdout) == _finished(ref.stdout)
     _assert_params_equal(tmp_path, ref_save)
-
-
-def _ft_run(name: str, save: Path, fault: str) -> subprocess.CompletedProcess:
-    cmd = [
-        *_ft_launcher(),
-        "--standalone",
-        "--nproc-per-node=2",
-        "--max-restarts=2",
-        *FT_FLAGS,
-        f"--ft-checkpoint-iteration-file={save / 'latest_checkpointed_iteration.txt'}",
-        *_workload(save, FT_OVERRIDE),
-    ]
-    return _run(name, cmd, _env(GROUP_RANK="0", NRP_FAULT=fault, NRP_FAULT_STEP="13"))
-
-
-def _assert_ft_recovered(proc: subprocess.CompletedProcess, save: Path, ref_save: Path, ref_out: str) -> None:
-    out = proc.stdout
-    assert proc.returncode == 0, _tail(proc)
-    # The parsed override is a real FaultToleranceConfig in the workers.
-    assert '"ft_type": "FaultToleranceConfig"' in out
-    # Megatron Bridge's own FT module ran: setup, timeout calculation, ft_state.json round trip.
-    assert "FT: initialized." in out
-    assert f"FT: updated timeouts saved to {save / 'ft_state.json'}" in out
-    assert f"FT: loaded timeouts from {save / 'ft_state.json'}" in out
-    assert "FT: closed." in out
-    assert (save / "ft_state.json").exists()
-    assert _finished(out) == _finished(ref_out)
-    _assert_params_equal(save, ref_save)
-
-
-@pytest.fixture(scope="module")
-def ft_kill_then_hang(reference_run, tmp_path_factory):
-    """One ft_launcher job, two faults in a row (a chain, see testing/faults.py): rank 1 SIGKILLed at step 13,
-    then, resumed from step 10, hung at step 17. Each recovery is asserted on its own."""
-    save = tmp_path_factory.mktemp("ft-kill-then-hang")
-    return save, _ft_run("ft_launcher-kill-at-13-then-hang-at-17", save, "kill@13,hang@17")
-
-
-@pytest.mark.slow
-def test_ft_launcher_kill_restarts_and_resumes_bit_exact(reference_run, ft_kill_then_hang):
-    ref_save, ref = reference_run
-    assert ref.returncode == 0, _tail(ref)
-    save, proc = ft_kill_then_hang
-    _assert_ft_recovered(proc, save, ref_save, ref.stdout)
-    assert "[rank1] FAULT_INJECTED kind=kill step=13 rank=1" in proc.stdout
-    assert "exitcode: -9" in proc.stdout or f"exitcode: -{int(signal.SIGKILL)}" in proc.stdout
-    assert "[rank0] START rank=0 world=2 restart=1" in proc.stdout
-    assert "[rank0] RESUMED from step 10" in proc.stdout
-
-
-@pytest.mark.slow
-def test_ft_launcher_detects_hang_by_step_section_timeout(reference_run, ft_kill_then_hang):
-    ref_save, ref = reference_run
-    assert ref.returncode == 0, _tail(ref)
-    save, proc = ft_kill_then_hang
-    assert "[rank1] FAULT_INJECTED kind=hang step=17 rank=1" in proc.stdout, _tail(proc)
-    assert "Section 'step' has been open for" in proc.stdout, _tail(proc)
-    assert "[rank0] START rank=0 world=2 restart=2" in proc.stdout
-    assert "[rank0] RESUMED from step 15" in proc.stdout
-    _assert_ft_recovered(proc, save, ref_save, ref.stdout)
 
 
 def teardown_module(module):
