@@ -74,18 +74,19 @@ def reference_run(tmp_path_factory):
 # work, and the Slurm tests share one worker (one session of the `local_slurm` fixture, so only one of them can
 # bring the cluster up); so do the Docker tests (`local_docker`).
 # Units start longest first (measured: the README's "Test budget"), so the last one to finish is a short one.
-_FIRST = (
-    "slurm",
-    "docker",
-    "tests/install/test_launching_host.py",  # issue 29: two fresh venvs (pip installs), then dry runs
-    "tests/smoke/test_benchmark_smoke.py",
-    "tests/smoke/test_rehearse.py",
-    "tests/testing/test_workload.py",
+_FIRST = (  # CI of 2026-12-05 (junit), less what left the suite after it
+    "slurm",  # 7 concurrent FT jobs, then preemption with a requeue: about 700 s
     "tests/smoke/test_fault_tolerance_local.py",
+    "tests/smoke/test_rehearse.py",
+    "docker",
     "tests/smoke/test_inprocess_restart_local.py",
-    "tests/smoke/test_inprocess_reserve_local.py",
+    "tests/testing/test_workload.py",
     "tests/smoke/test_straggler_local.py",
+    "tests/smoke/test_inprocess_reserve_local.py",
     "tests/smoke/test_rerun_local.py",
+    "tests/install/test_launching_host.py",  # issue 29: a fresh venv (pip installs), then dry runs
+    "tests/smoke/test_checkpoint_local.py",
+    "tests/smoke/test_benchmark_smoke.py",
     "tests/cli/test_rehearse_from_experiment.py",
 )
 
