@@ -12,7 +12,8 @@ What is proven:
   parameters equal to the fault-free run's;
 * with FaultTolerancePlugin attached the same fault is still handled in-process (ft_launcher does not restart
   the workers), while a killed rank falls back to ft_launcher's restart, again with nothing lost;
-* in-process recovery is faster than ft_launcher's restart of the same fault (numbers recorded as properties).
+* the in-process recovery's times are recorded as properties; how they compare with ft_launcher's restart of the
+  same fault is the recovery benchmark's row 4a (benchmarks/recovery.py), not a timed assertion here.
 """
 
 from __future__ import annotations
@@ -132,16 +133,6 @@ def test_raised_fault_restarts_both_ranks_in_the_same_processes(baseline, tmp_pa
 
 
 @pytest.fixture(scope="module")
-def launcher_restart_of_a_raise(tmp_path_factory):
-    """The same raised fault without in-process restart: ft_launcher restarts the worker group."""
-    save = tmp_path_factory.mktemp("ft-raise")
-    result = run_local(task(save, "raise"), [ft_plugin()], name="ft-raise")
-    assert result.state == "SUCCEEDED", result.log[-4000:]
-    assert result.grep("will restart worker group")
-    return result, save
-
-
-@pytest.fixture(scope="module")
 def raise_then_kill(tmp_path_factory):
     """FaultTolerancePlugin + InProcessRestartPlugin, one job, two faults in a row: rank 1 raises at step 13
     (handled in-process), then, resumed from step 10 in the same processes, is SIGKILLed at step 17 (which only
@@ -158,9 +149,7 @@ def until_the_kill(result):
     return dataclasses.replace(result, lines=lines, log="\n".join(lines))
 
 
-def test_with_fault_tolerance_a_raise_is_handled_in_process(
-    baseline, launcher_restart_of_a_raise, raise_then_kill, record_property
-):
+def test_with_fault_tolerance_a_raise_is_handled_in_process(baseline, raise_then_kill, record_property):
     result, save = raise_then_kill
     assert result.state == "SUCCEEDED", result.log[-4000:]
     before_kill = until_the_kill(result)
@@ -170,15 +159,9 @@ def test_with_fault_tolerance_a_raise_is_handled_in_process(
     assert before_kill.grep("CHECKPOINT saved step=15"), "the recovered processes trained on to the next checkpoint"
     assert_same_params(final_params(save), final_params(baseline[1]))
 
-    inprocess_s = fault_to_step15_checkpoint(save)
-    launcher_s = fault_to_step15_checkpoint(launcher_restart_of_a_raise[1])
-    record_property("with_ft_inprocess_fault_to_step15_checkpoint_s", round(inprocess_s, 2))
-    record_property("launcher_restart_fault_to_step15_checkpoint_s", round(launcher_s, 2))
-    assert_same_params(final_params(launcher_restart_of_a_raise[1]), final_params(baseline[1]))
-    # Two file times on one clock (no measurement error worth a margin). What separates them grows with load on
-    # the launcher's side only: its restart re-imports Megatron Bridge in new processes (about 13 s quiet, more
-    # loaded), while the in-process path waits out the workload's fixed 10 s gloo timeout in living processes.
-    assert inprocess_s < launcher_s, f"in-process {inprocess_s:.1f} s vs launcher restart {launcher_s:.1f} s"
+    # How much sooner than a launcher restart the in-process path trains again is a speed figure: the recovery
+    # benchmark measures it side by side (benchmarks/recovery.py, rows 4a-4b), not a timed assertion here.
+    record_property("with_ft_inprocess_fault_to_step15_checkpoint_s", round(fault_to_step15_checkpoint(save), 2))
 
 
 def test_with_fault_tolerance_a_killed_rank_falls_back_to_the_launcher(baseline, raise_then_kill):
