@@ -1,9 +1,10 @@
 """Tests of the reference workload (nemo_resiliency_plugins.testing.workload) and its TE accommodation.
 
 Real runs only: torchrun (or plain python) launches real gloo ranks on CPU; Megatron Bridge's real config, override
-parser and signal handler run inside them. Multi-process tests are marked ``slow``. The workload under NVRx's
-ft_launcher (kill, hang, ``ft_state.json`` round trip) is proven through the plugin in
-tests/smoke/test_fault_tolerance_local.py, and a plain rerun after a fault by every resuming test there.
+parser run inside them. Multi-process tests are marked ``slow``. The workload under NVRx's ft_launcher (kill,
+hang, ``ft_state.json`` round trip) is proven through the plugin in tests/smoke/test_fault_tolerance_local.py, a
+plain rerun after a fault by every resuming test there, and Megatron Bridge's signal handler (save, exit 0,
+resume) by the Slurm preemption test (tests/slurm/test_preemption_slurm.py).
 """
 
 from __future__ import annotations
@@ -59,16 +60,6 @@ def _finished(output: str) -> tuple[int, str]:
     m = FINISHED_RE.search(output)
     assert m, f"no FINISHED line in output:\n{output[-6000:]}"
     return int(m.group(1)), m.group(2)
-
-
-def _assert_params_equal(a: Path, b: Path) -> None:
-    import torch
-
-    pa = torch.load(a / "final_params.pt", weights_only=True)
-    pb = torch.load(b / "final_params.pt", weights_only=True)
-    assert pa.keys() == pb.keys()
-    for k in pa:
-        assert torch.equal(pa[k], pb[k]), f"parameter {k} differs"
 
 
 def _tail(proc: subprocess.CompletedProcess) -> str:
@@ -242,25 +233,6 @@ def test_plus_ft_override_gives_plain_dict_and_fails_like_a_real_run(tmp_path):
     assert '"ft_type": "dict"' in proc.stdout
     assert proc.returncode != 0
     assert "AttributeError" in proc.stdout and "enable_ft_package" in proc.stdout
-
-
-@pytest.mark.slow
-def test_sigterm_with_exit_signal_handler_saves_and_exits_cleanly(reference_run, tmp_path):
-    ref_save, ref = reference_run
-    assert ref.returncode == 0, _tail(ref)
-    env = _env(NRP_FAULT="sigterm", NRP_FAULT_STEP="7")
-    first = _run("torchrun-sigterm-at-7", [*_torchrun(), *_workload(tmp_path, "train.exit_signal_handler=true")], env)
-    assert first.returncode == 0, _tail(first)
-    assert "[rank1] FAULT_INJECTED kind=sigterm step=7 rank=1" in first.stdout
-    # Megatron Bridge's DistributedSignalHandler on rank 1 + its all_gather tells rank 0 too.
-    assert "[rank0] EXIT on signal step=8" in first.stdout and "[rank1] EXIT on signal step=8" in first.stdout
-    assert (tmp_path / "iter_0000008.pt").exists()
-    assert not FINISHED_RE.search(first.stdout)
-    second = _run("torchrun-rerun-after-sigterm", [*_torchrun(), *_workload(tmp_path)], env)
-    assert second.returncode == 0, _tail(second)
-    assert "RESUMED from step 8" in second.stdout
-    assert _finished(second.stdout) == _finished(ref.stdout)
-    _assert_params_equal(tmp_path, ref_save)
 
 
 def teardown_module(module):
