@@ -26,7 +26,7 @@ from nemo_resiliency_plugins.local_checkpoint import LocalCheckpointPlugin
 from nemo_resiliency_plugins.preemption import PreemptionPlugin
 from nemo_resiliency_plugins.rerun import RerunStateMachinePlugin
 from nemo_resiliency_plugins.straggler import StragglerDetectionPlugin
-from nemo_resiliency_plugins.testing.inprocess_loop import SHORT_TIMEOUTS
+from nemo_resiliency_plugins.testing.inprocess_loop import LONG_SAVE_TIMEOUTS, SHORT_TIMEOUTS
 
 ENTRY = "benchmarks/gpu/workload_entry.py"
 
@@ -59,16 +59,8 @@ LOCAL = dict(non_persistent_local_ckpt_dir="/tmp/pretrain_proof/local_ckpt", non
 # points save and load at each job's own directory.
 CHECKPOINT_ARGS = ["checkpoint.save=/tmp/pretrain_proof/ckpt", "checkpoint.save_interval=10"]
 INPROCESS = SHORT_TIMEOUTS
-# Issue 32 item 6: the same, with timeouts the timeout chain accepts against the longest save (the first save of a
-# process took ~30 s beside other jobs on the H200): soft 60 s (Megatron Bridge's default) > first save.
-INPROCESS_LONG = dict(
-    SHORT_TIMEOUTS,
-    soft_timeout=60.0,
-    hard_timeout=90.0,
-    barrier_timeout=120.0,
-    completion_timeout=120.0,
-    heartbeat_timeout=60.0,
-)
+# Issue 32 item 6: the same, with timeouts the timeout chain accepts against the longest save (testing/inprocess_loop).
+INPROCESS_LONG = LONG_SAVE_TIMEOUTS
 
 
 def _apply(plugin: run.Plugin, args: list[str] | None = None) -> dict:

@@ -405,19 +405,10 @@ def test_chain_in_process_soft_timeout_must_outlast_the_longest_save():
         ]
         return found
 
-    from nemo_resiliency_plugins.testing.inprocess_loop import SHORT_TIMEOUTS
+    from nemo_resiliency_plugins.testing.inprocess_loop import LONG_SAVE_TIMEOUTS, SHORT_TIMEOUTS
 
     short = InProcessRestartPlugin(**SHORT_TIMEOUTS)  # soft 20 s: the proof's first setting
-    long = InProcessRestartPlugin(
-        **dict(
-            SHORT_TIMEOUTS,
-            soft_timeout=60.0,
-            hard_timeout=90.0,
-            barrier_timeout=120.0,
-            completion_timeout=120.0,
-            heartbeat_timeout=60.0,
-        )
-    )
+    long = InProcessRestartPlugin(**LONG_SAVE_TIMEOUTS)  # what the GPU proof runs with
     assert link(short, 31.9).ok is False
     assert link(long, 31.9).ok is True
     assert link(long, None).ok is None
