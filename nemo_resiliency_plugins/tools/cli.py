@@ -6,6 +6,7 @@
     nemo-resiliency doctor local-smoke --executor local
     nemo-resiliency doctor ~/.nemo_run/experiments/my-exp/my-exp_1712345678
     nemo-resiliency plan --gpus 16384 --step-time 6 --save-time 60 --failure-profile llama3
+    nemo-resiliency report ~/.nemo_run/experiments/my-exp/my-exp_1712345678
 
 Every command takes ``--json`` for CI. ``explain`` and ``doctor`` launch nothing: they use NeMo-Run's own
 ``Experiment.add`` and dry run.
@@ -374,6 +375,22 @@ def doctor(
             "[green]no problem found[/green]" if summary["ok"] else f"[red]{summary['failed']} check(s) failed[/red]"
         )
     raise typer.Exit(0 if summary["ok"] else 1)
+
+
+@app.command()
+@_guarded("report")
+def report(
+    experiment: str = typer.Argument(..., help="A saved experiment (or one job's folder in it) of a job that ran."),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """What happened to a job that ran: per Slurm attempt and launcher cycle, what ended it and what it cost."""
+    from nemo_resiliency_plugins.tools.report import print_reports, report_experiment
+
+    reports = report_experiment(os.path.expanduser(experiment))
+    if json_out:
+        _emit_json([r.to_json() for r in reports])
+    else:
+        print_reports(console, reports)
 
 
 def _looks_like_path(target: str) -> bool:

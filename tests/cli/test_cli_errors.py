@@ -60,6 +60,10 @@ BAD = [
     (["rehearse", "local-smoke", "--ranks", "0"], "--ranks"),
     (["rehearse", "local-smoke", "--faults", "bogus"], "faults"),
     (["rehearse", "local-smoke", "--step-time", "-2"], "--step-time"),
+    (["report"], "experiment"),
+    (["report", "/nonexistent/experiment"], "/nonexistent/experiment"),
+    (["report", "/"], "'/'"),
+    (["report", "/", "--bogus"], "--bogus"),
 ]
 
 

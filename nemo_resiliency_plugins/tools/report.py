@@ -1,0 +1,283 @@
+"""``nemo-resiliency report``: what happened to a job that ran, read from the files it left in its job directory.
+
+Why: after a real run the answers to "which faults, detected by what, how fast, what did each cost" are scattered
+over NVRx's launcher log (its timestamped ``Cycle: N Event: ...`` profiling lines, section timeouts, the exit code
+torch's elastic agent saw), the ranks' lines (checkpoints saved and loaded) and, on Slurm, the requeue guard's
+lines in the batch log. This module puts them in one table: one row per launcher cycle (an in-job restart starts
+a new cycle) of every Slurm attempt (a requeue starts a new attempt).
+
+What it reads, and from where (nothing else, no server):
+
+* the attempts' launcher logs: NeMo-Run's Slurm ``log-<job>_<SLURM_RESTART_COUNT>.out`` (one per attempt), a
+  LocalExecutor job's ``combined.log``, a DockerExecutor job's ``log_<container>.out``;
+* the requeue guard's own lines (``nemo-resiliency-plugins: ...``) in the Slurm batch log ``sbatch_*.out``.
+
+Which rank a detection names is the rank whose monitor fired: for a hang inside a collective that is a rank
+*blocked* by the hung one, not necessarily the hung one (the report says "detected on", not "fault on").
+Goodput is not measured yet: it needs per-step timestamps (issue 36), and the report says so rather than guess.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import re
+from pathlib import Path
+from typing import Any
+
+__all__ = ["AttemptReport", "CycleRow", "JobReport", "print_reports", "report_experiment", "report_job"]
+
+_STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) ")  # NVRx's logging lines
+_GLOG = re.compile(r"^[IWEF](\d\d)(\d\d) (\d\d:\d\d:\d\d\.\d+) ")  # torch's lines: month, day, time (no year)
+_RESTART = re.compile(r"\brestart_count=(\d+)\b")
+_EVENT = re.compile(r"Cycle: (\d+) Event: (\w+) Node: (\S+) Rank: (\S+) Time: (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+)")
+_EXITCODE = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)")
+_SECTION = re.compile(r"Section '(\w+)' has been open for ([0-9.]+) seconds(?:\. Timeout is ([0-9.]+) seconds)?")
+_OUT_OF_SECTION = re.compile(r"Was out of section for ([0-9.]+) seconds")
+_HEARTBEAT = re.compile(r"Did not get (initial|subsequent) heartbeat")
+_MONITOR_RANK = re.compile(r"\[workload:\S*?\((\d+)\)")
+_INJECTED = re.compile(r"FAULT_INJECTED kind=(\w+) step=(\d+) rank=(\d+)")  # the reference workload only
+_RESUMED = re.compile(r"RESUMED from step (\d+)|successfully loaded checkpoint from .* at iteration (\d+)")
+_SAVED = re.compile(r"CHECKPOINT saved step=(\d+)|successfully saved checkpoint from iteration\s+(\d+)")
+_FINISHED = re.compile(r"FINISHED step=(\d+)")
+_INPROCESS = re.compile(r"INPROCESS iteration=([1-9]\d*)")
+_GUARD = re.compile(r"^nemo-resiliency-plugins: (.+)$")
+_SLURM_LOG = re.compile(r"^log-.*_(\d+)\.out$")
+
+
+_ALLOWED = (
+    "an experiment directory NeMo-Run saved for a job that ran ($NEMORUN_HOME/experiments/<title>/<id>, with a "
+    "_CONFIG file), or one Slurm or Docker job's folder in it"
+)
+
+
+def _not_a_job(path: Path, detail: str) -> Exception:
+    """The one error every bad directory gets: what was given, what is allowed, what was wrong with it."""
+    from nemo_resiliency_plugins.errors import ResiliencyConfigError
+
+    return ResiliencyConfigError("nemo-resiliency report", "EXPERIMENT_DIR", str(path), _ALLOWED, detail=detail)
+
+
+@dataclasses.dataclass(kw_only=True)
+class CycleRow:
+    """One launcher cycle: the workers' start up to the fault that ended it (or the end of the run)."""
+
+    attempt: int
+    cycle: int
+    started: str | None = None  # NVRx's worker_start_completed time (UTC)
+    resumed_from: int | None = None
+    checkpoints: list[int] = dataclasses.field(default_factory=list)
+    inprocess_restarts: int = 0
+    injected: list[str] = dataclasses.field(default_factory=list)  # the reference workload's markers only
+    detected_by: str | None = None
+    detected_on_rank: int | None = None
+    detected_at: str | None = None
+    open_s: float | None = None  # NVRx's own figure: how long the section was open when it fired
+    exit_code: int | None = None  # what torch's elastic agent saw first (negative: killed by that signal)
+    restart_s: float | None = None  # detection -> the next cycle's workers started (launcher clock)
+    finished_step: int | None = None
+
+
+@dataclasses.dataclass(kw_only=True)
+class AttemptReport:
+    attempt: int
+    log: str
+    first: str | None
+    last: str | None
+    wall_s: float | None
+    cycles: list[CycleRow]
+
+
+@dataclasses.dataclass(kw_only=True)
+class JobReport:
+    job_dir: str
+    attempts: list[AttemptReport]
+    guard: list[str]  # the Slurm requeue guard's lines, in order
+
+    @property
+    def rows(self) -> list[CycleRow]:
+        return [row for attempt in self.attempts for row in attempt.cycles]
+
+    @property
+    def requeues(self) -> int:
+        return max(0, len(self.attempts) - 1)
+
+    @property
+    def restarts(self) -> int:
+        return sum(max(0, len(a.cycles) - 1) for a in self.attempts)
+
+    @property
+    def finished(self) -> bool:
+        return any(row.finished_step is not None for row in self.rows)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "job_dir": self.job_dir,
+            "attempts": [dataclasses.asdict(a) for a in self.attempts],
+            "requeues": self.requeues,
+            "in_job_restarts": self.restarts,
+            "finished": self.finished,
+            "guard": self.guard,
+            "goodput": None,
+            "goodput_note": "not measured yet: needs per-step timestamps (issue 36)",
+        }
+
+
+def _time(line: str, year: int | None) -> dt.datetime | None:
+    if m := _STAMP.match(line):
+        return dt.datetime.strptime(f"{m.group(1)}.{m.group(2)}", "%Y-%m-%d %H:%M:%S.%f")
+    if (m := _GLOG.match(line)) and year is not None:
+        return dt.datetime.strptime(f"{year}-{m.group(1)}-{m.group(2)} {m.group(3)}", "%Y-%m-%d %H:%M:%S.%f")
+    return None
+
+
+def _iso(when: dt.datetime | None) -> str | None:
+    return when.isoformat(sep=" ", timespec="milliseconds") if when else None
+
+
+def parse_attempt(text: str, attempt: int = 0, log: str = "") -> AttemptReport:
+    """The cycles of one launcher log (several launchers of a multi-node step may share it)."""
+    year = next((int(m.group(1)[:4]) for line in text.splitlines() if (m := _STAMP.match(line))), None)
+    rows: dict[int, CycleRow] = {0: CycleRow(attempt=attempt, cycle=0)}
+    detected: dict[int, dt.datetime] = {}
+    cur, first, last = 0, None, None
+    for line in text.splitlines():
+        when = _time(line, year)
+        if when:
+            first, last = first or when, when
+        if m := _RESTART.search(line):
+            cur = max(cur, int(m.group(1)))
+            rows.setdefault(cur, CycleRow(attempt=attempt, cycle=cur))
+            continue
+        row = rows[cur]
+        if m := _EVENT.search(line):
+            event_time = dt.datetime.strptime(m.group(5), "%Y-%m-%d %H:%M:%S.%f")
+            if m.group(2) == "worker_start_completed" and int(m.group(1)) == cur and row.started is None:
+                row.started = _iso(event_time)
+                if cur - 1 in detected:
+                    rows[cur - 1].restart_s = round((event_time - detected[cur - 1]).total_seconds(), 3)
+            elif m.group(2) == "failure_detected" and cur not in detected:
+                detected[cur] = event_time
+            continue
+        if row.detected_by is None and (found := _detection(line)):
+            row.detected_by, row.open_s = found
+            rank = _MONITOR_RANK.search(line)
+            row.detected_on_rank = int(rank.group(1)) if rank else None
+            row.detected_at = _iso(when)
+            if when and cur not in detected:
+                detected[cur] = when
+        elif m := _EXITCODE.search(line):
+            if row.exit_code is None:
+                row.exit_code = int(m.group(1))
+                if row.detected_by is None:
+                    code = int(m.group(1))
+                    row.detected_by = f"rank killed by signal {-code}" if code < 0 else f"rank exited with code {code}"
+                    row.detected_on_rank = int(m.group(2))  # local rank: on one node the rank itself
+                    row.detected_at = _iso(when)
+                    if when and cur not in detected:
+                        detected[cur] = when
+        elif m := _INJECTED.search(line):
+            row.injected.append(f"{m.group(1)} at step {m.group(2)} on rank {m.group(3)}")
+        elif m := _RESUMED.search(line):
+            row.resumed_from = int(m.group(1) or m.group(2))
+        elif m := _SAVED.search(line):
+            step = int(m.group(1) or m.group(2))
+            if step not in row.checkpoints:
+                row.checkpoints.append(step)
+        elif m := _FINISHED.search(line):
+            row.finished_step = int(m.group(1))
+        elif m := _INPROCESS.search(line):
+            row.inprocess_restarts = max(row.inprocess_restarts, int(m.group(1)))
+    for cycle, when in detected.items():
+        rows[cycle].detected_at = rows[cycle].detected_at or _iso(when)
+    wall = round((last - first).total_seconds(), 3) if first and last else None
+    cycles = [rows[k] for k in sorted(rows)]
+    return AttemptReport(attempt=attempt, log=log, first=_iso(first), last=_iso(last), wall_s=wall, cycles=cycles)
+
+
+def _detection(line: str) -> tuple[str, float | None] | None:
+    if m := _SECTION.search(line):
+        limit = f", timeout {float(m.group(3)):g} s" if m.group(3) else ""
+        return f"section '{m.group(1)}' timeout (open {float(m.group(2)):g} s{limit})", float(m.group(2))
+    if m := _OUT_OF_SECTION.search(line):
+        return f"out-of-section timeout ({float(m.group(1)):g} s)", float(m.group(1))
+    if m := _HEARTBEAT.search(line):
+        return f"{m.group(1)} heartbeat timeout", None
+    return None
+
+
+def _attempt_logs(job_dir: Path) -> list[tuple[int, Path]]:
+    slurm = [(int(m.group(1)), p) for p in job_dir.glob("log-*.out") if (m := _SLURM_LOG.match(p.name))]
+    if slurm:
+        return sorted(slurm)
+    local = sorted(job_dir.glob("**/combined.log"))
+    docker = sorted(job_dir.glob("log_*.out"))
+    return [(0, p) for p in (local or docker)[:1]]
+
+
+def report_job(job_dir: str | Path) -> JobReport:
+    """The report of one job directory (a task's folder in a saved experiment)."""
+    job_dir = Path(job_dir)
+    logs = _attempt_logs(job_dir)
+    if not logs:
+        raise _not_a_job(job_dir, "no launcher log in it (log-*_N.out, combined.log or log_*.out)")
+    attempts = [parse_attempt(p.read_text(errors="replace"), attempt, str(p)) for attempt, p in logs]
+    guard: list[str] = []
+    for batch in sorted(job_dir.glob("sbatch_*.out")):
+        for line in batch.read_text(errors="replace").splitlines():
+            if m := _GUARD.match(line):  # the guard's echo; bash's trace of it starts with "+ "
+                guard.append(m.group(1))
+    return JobReport(job_dir=str(job_dir), attempts=attempts, guard=guard)
+
+
+def report_experiment(exp_dir: str | Path) -> list[JobReport]:
+    """One report per job of a saved NeMo-Run experiment (or of ``exp_dir`` itself when it is a job's folder)."""
+    exp_dir = Path(exp_dir)
+    if not exp_dir.is_dir():
+        raise _not_a_job(exp_dir, "no such directory")
+    if _attempt_logs_here(exp_dir):
+        return [report_job(exp_dir)]
+    if not (exp_dir / "_CONFIG").exists():  # what NeMo-Run writes into every experiment it saves
+        raise _not_a_job(exp_dir, "this directory is not one (no _CONFIG, no job log)")
+    jobs = [report_job(d) for d in sorted(p for p in exp_dir.iterdir() if p.is_dir()) if _attempt_logs(d)]
+    if not jobs:
+        raise _not_a_job(exp_dir, "no job of this experiment left a launcher log: did it run?")
+    return jobs
+
+
+def _attempt_logs_here(path: Path) -> bool:
+    return any(_SLURM_LOG.match(p.name) for p in path.glob("log-*.out")) or any(path.glob("log_*.out"))
+
+
+def print_reports(console: Any, reports: list[JobReport]) -> None:
+    """The tables ``nemo-resiliency report`` prints (rich console)."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    for job in reports:
+        table = Table(title=f"nemo-resiliency report: {job.job_dir}")
+        for column in ("attempt", "cycle", "resumed from", "checkpoints", "ended by", "on rank", "restart [s]"):
+            table.add_column(column)
+        for row in job.rows:
+            ended = row.detected_by or ("finished" if row.finished_step is not None else "-")
+            if row.inprocess_restarts:
+                ended += f" (after {row.inprocess_restarts} in-process restart(s))"
+            table.add_row(
+                str(row.attempt),
+                str(row.cycle),
+                "-" if row.resumed_from is None else str(row.resumed_from),
+                ", ".join(map(str, row.checkpoints)) or "-",
+                escape(ended),
+                "-" if row.detected_on_rank is None else str(row.detected_on_rank),
+                "-" if row.restart_s is None else f"{row.restart_s:.1f}",
+            )
+        console.print(table)
+        walls = [a.wall_s for a in job.attempts if a.wall_s is not None]
+        console.print(
+            f"attempts {len(job.attempts)} (requeues {job.requeues}), in-job restarts {job.restarts}, "
+            f"launcher wall {sum(walls):.0f} s, {'finished' if job.finished else 'did not finish'}; "
+            "goodput: not measured yet (needs per-step timestamps)",
+            markup=False,
+        )
+        for line in job.guard:
+            console.print(f"requeue guard: {line}", markup=False, highlight=False)

@@ -1,0 +1,113 @@
+"""``nemo-resiliency report`` on the logs of real jobs of this suite (issue 36, first part).
+
+The fixtures are the files four real jobs left (``tests/fixtures/job-logs/*.tar.gz``: NeMo-Run's ``_CONFIG``, the
+launcher logs, the Slurm batch log), taken from one run of the suite on 2026-12-05 (commit 2acb9a8):
+
+* ``local-ipr-ft-raise-kill``: tests/smoke/test_inprocess_restart_local.py's raise-then-kill job (LocalExecutor,
+  FaultTolerancePlugin + InProcessRestartPlugin): rank 1 raises at step 13 (handled in-process), then is
+  SIGKILLed at step 17 (ft_launcher restarts the workers);
+* ``local-rerun-nan-ft``: tests/smoke/test_rerun_local.py's job: a NaN at step 13 on rank 1, the re-run state
+  machine exits 17, ft_launcher restarts;
+* ``slurm-two-nodes-lost-then-frozen``: tests/slurm/test_fault_tolerance_slurm.py's 2-node job: every process of
+  one node SIGKILLed (requeue, node excluded), then a node SIGSTOPped (the healthy node's step section times out,
+  the guard excludes the silent node), then the run that finishes;
+* ``slurm-crash-loop``: the same file's crash loop: rank 1 killed at step 13 in every cycle, NVRx's progress
+  tracker stops it after one cycle without progress.
+
+Each field the report gives is checked against what the test injected.
+"""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from nemo_resiliency_plugins.tools.cli import main
+from nemo_resiliency_plugins.tools.report import report_experiment
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "job-logs"
+
+
+def unpack(name: str, tmp_path: Path) -> Path:
+    with tarfile.open(FIXTURES / f"{name}.tar.gz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    return tmp_path / name
+
+
+def test_in_process_recovery_then_a_killed_rank(tmp_path):
+    (job,) = report_experiment(unpack("local-ipr-ft-raise-kill", tmp_path))
+    assert (job.requeues, job.restarts, job.finished) == (0, 1, True)
+    first, second = job.rows
+    assert first.injected == ["raise at step 13 on rank 1", "kill at step 17 on rank 1"]
+    assert first.inprocess_restarts == 1  # the raise: handled inside the running processes
+    assert first.resumed_from == 10  # ... from the step-10 checkpoint
+    assert first.checkpoints == [5, 10, 15]
+    assert (first.detected_by, first.detected_on_rank, first.exit_code) == ("rank killed by signal 9", 1, -9)
+    assert 0 < first.restart_s < 60  # NVRx's worker_start_completed after the exit line, one launcher clock
+    assert (second.cycle, second.resumed_from, second.checkpoints, second.finished_step) == (1, 15, [20], 20)
+    assert second.detected_by is None
+
+
+def test_rerun_exit_code_restarted_by_the_launcher(tmp_path):
+    (job,) = report_experiment(unpack("local-rerun-nan-ft", tmp_path))
+    first, second = job.rows
+    assert first.injected == ["nan at step 13 on rank 1"]
+    assert (first.detected_by, first.exit_code) == ("rank exited with code 17", 17)
+    assert first.checkpoints == [5, 10] and first.resumed_from is None
+    assert (second.resumed_from, second.checkpoints, second.finished_step) == (10, [15, 20], 20)
+    assert (job.requeues, job.restarts, job.finished) == (0, 1, True)
+
+
+def test_two_node_job_a_lost_node_then_a_frozen_node(tmp_path):
+    (job,) = report_experiment(unpack("slurm-two-nodes-lost-then-frozen", tmp_path))
+    assert (job.requeues, job.restarts, job.finished) == (2, 0, True)
+    lost, frozen, last = job.rows
+    assert [row.attempt for row in job.rows] == [0, 1, 2]
+    # Attempt 0: the killed node's processes are gone; what this log holds is srun ending the healthy node's step.
+    assert lost.checkpoints == [5] and lost.exit_code == -15
+    # Attempt 1: resumed from step 5; the healthy node's step section timed out (NVRx's own figure, >= 6 s).
+    assert frozen.resumed_from == 5 and frozen.checkpoints == [10]
+    assert frozen.detected_by.startswith("section 'step' timeout") and frozen.open_s >= 6
+    assert (last.resumed_from, last.checkpoints, last.finished_step) == (10, [15, 20], 20)
+    # The guard's verdicts name both nodes, in order, and the end.
+    assert job.guard[0].startswith("node nrp-node2 failed first") and "excludes nrp-node2" in job.guard[0]
+    assert any(line.startswith("node nrp-node4 went silent") for line in job.guard), job.guard
+    assert job.guard[-1].endswith("finished, not requeued")
+
+
+def test_crash_loop_every_cycle_ended_by_the_same_kill(tmp_path):
+    (job,) = report_experiment(unpack("slurm-crash-loop", tmp_path))
+    assert (job.requeues, job.restarts, job.finished) == (0, 1, False)
+    for row in job.rows:
+        assert row.injected == ["kill at step 13 on rank 1"]
+        assert (row.detected_by, row.detected_on_rank) == ("rank killed by signal 9", 1)
+    assert job.rows[1].resumed_from == 10 and job.rows[1].checkpoints == []  # no progress: no new checkpoint
+    assert "no-restart code" in job.guard[-1] and "not requeued" in job.guard[-1]
+
+
+def test_the_command_prints_the_table_and_json(tmp_path, capsys):
+    exp = unpack("slurm-two-nodes-lost-then-frozen", tmp_path)
+    with pytest.raises(SystemExit) as done:
+        main(["report", str(exp), "--json"])
+    assert done.value.code == 0
+    (data,) = json.loads(capsys.readouterr().out)
+    assert data["requeues"] == 2 and data["finished"] is True and data["goodput"] is None
+    assert [a["attempt"] for a in data["attempts"]] == [0, 1, 2]
+    with pytest.raises(SystemExit) as done:
+        main(["report", str(exp / "train")])  # one job's folder works as well
+    out = capsys.readouterr().out
+    assert done.value.code == 0 and "section 'step' timeout" in out and "requeue guard: node nrp-node4" in out
+
+
+def test_a_directory_that_is_no_job_is_one_line(tmp_path, capsys):
+    (tmp_path / "_CONFIG").write_text("{}")  # an experiment whose job never wrote a log
+    (tmp_path / "train").mkdir()
+    for target in (tmp_path, tmp_path / "train", tmp_path / "missing"):
+        with pytest.raises(SystemExit) as done:
+            main(["report", str(target)])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert done.value.code == 2 and len(err) == 1, err
+        assert err[0].startswith("nemo-resiliency report: error: ") and "EXPERIMENT_DIR" in err[0], err
