@@ -111,3 +111,30 @@ def test_a_directory_that_is_no_job_is_one_line(tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert done.value.code == 2 and len(err) == 1, err
         assert err[0].startswith("nemo-resiliency report: error: ") and "EXPERIMENT_DIR" in err[0], err
+
+
+def test_the_rehearsal_table_prints_every_run_and_the_verdict():
+    """``rehearse``'s printer (tools/rehearse/report.py) on a report of one baseline and one fault, no launch."""
+    import io
+
+    from rich.console import Console
+
+    from nemo_resiliency_plugins.tools.rehearse.report import FaultResult, RehearsalReport, RunOutcome, print_rehearsal
+
+    base = RunOutcome(name="baseline", state="SUCCEEDED", wall_s=30.0, job_dir="/j", save_dir="/s")
+    kill = FaultResult(
+        fault="kill", ok=False, injected=True, detected=True, detected_by="dead rank 1", detect_s=1.5,
+        recover_s=20.0, resumed_from=10, final_state="SUCCEEDED", params_equal=False, deadline_s=60.0,
+        run=RunOutcome(name="kill", state="SUCCEEDED", wall_s=50.0, job_dir="/k", save_dir="/ks"),
+    )  # fmt: skip
+    report = RehearsalReport(
+        ok=False, reasons=["kill: parameters differ from the fault-free run's"], plugins=["FaultTolerancePlugin"],
+        ranks=2, scaled=[], not_exercised=[], chain=[{"name": "step", "detail": "5 s > 1 s", "verdict": "pass"}],
+        baseline=base, faults=[kill], wall_s=80.0, workdir="/w", step_time_s=1.0,
+    )  # fmt: skip
+    out = io.StringIO()
+    print_rehearsal(Console(file=out, width=200), "local-smoke", report)
+    text = " ".join(out.getvalue().split())  # a table's title wraps at the table's width
+    assert "baseline (no fault)" in text and "dead rank 1" in text and "step 10" in text and "NO" in text
+    assert "timeout chain" in text and "unknown (pass --save-time)" in text
+    assert "FAILED:" in text and "parameters differ" in text and "logs and checkpoints: /w" in text
