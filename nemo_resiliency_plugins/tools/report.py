@@ -74,6 +74,7 @@ class CycleRow:
     detected_at: str | None = None
     open_s: float | None = None  # NVRx's own figure: how long the section was open when it fired
     exit_code: int | None = None  # what torch's elastic agent saw first (negative: killed by that signal)
+    exits: list[str] = dataclasses.field(default_factory=list)  # every worker exit it reported, in order
     restart_s: float | None = None  # detection -> the next cycle's workers started (launcher clock)
     finished_step: int | None = None
 
@@ -167,11 +168,13 @@ def parse_attempt(text: str, attempt: int = 0, log: str = "") -> AttemptReport:
             if when and cur not in detected:
                 detected[cur] = when
         elif m := _EXITCODE.search(line):
+            code = int(m.group(1))
+            how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
+            row.exits.append(f"local rank {m.group(2)} {how}")
             if row.exit_code is None:
                 row.exit_code = int(m.group(1))
                 if row.detected_by is None:
-                    code = int(m.group(1))
-                    row.detected_by = f"rank killed by signal {-code}" if code < 0 else f"rank exited with code {code}"
+                    row.detected_by = f"rank {how}"
                     row.detected_on_rank = int(m.group(2))  # local rank: on one node the rank itself
                     row.detected_at = _iso(when)
                     if when and cur not in detected:

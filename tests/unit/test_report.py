@@ -46,6 +46,7 @@ def test_in_process_recovery_then_a_killed_rank(tmp_path):
     assert first.resumed_from == 10  # ... from the step-10 checkpoint
     assert first.checkpoints == [5, 10, 15]
     assert (first.detected_by, first.detected_on_rank, first.exit_code) == ("rank killed by signal 9", 1, -9)
+    assert first.exits == ["local rank 1 killed by signal 9"]  # the raise never reached the launcher
     assert 0 < first.restart_s < 60  # NVRx's worker_start_completed after the exit line, one launcher clock
     assert (second.cycle, second.resumed_from, second.checkpoints, second.finished_step) == (1, 15, [20], 20)
     assert second.detected_by is None
