@@ -84,7 +84,7 @@ _FIRST = (  # CI of 2026-12-05 (junit), less what left the suite after it
     "tests/smoke/test_straggler_local.py",
     "tests/smoke/test_inprocess_reserve_local.py",
     "tests/smoke/test_rerun_local.py",
-    "tests/install/test_launching_host.py",  # issue 29: a fresh venv (pip installs), then dry runs
+    "tests/install/test_launching_host.py",  # issue 29: two fresh venvs (pip installs), then dry runs
     "tests/smoke/test_checkpoint_local.py",
     "tests/smoke/test_benchmark_smoke.py",
     "tests/cli/test_rehearse_from_experiment.py",
