@@ -41,8 +41,8 @@ _RESUMED = re.compile(r"RESUMED from step (\d+)|successfully loaded checkpoint f
 _SAVED = re.compile(r"CHECKPOINT saved step=(\d+)|successfully saved checkpoint from iteration\s+(\d+)")
 _FINISHED = re.compile(r"FINISHED step=(\d+)")
 _INPROCESS = re.compile(r"INPROCESS iteration=([1-9]\d*)")
-_GUARD = re.compile(r"^nemo-resiliency-plugins: (.+)$")
-_SLURM_LOG = re.compile(r"^log-.*_(\d+)\.out$")
+_GUARD = re.compile(r"nemo-resiliency-plugins: (.+)")  # fullmatch: one whole line
+_SLURM_LOG = re.compile(r"log-.*_(\d+)\.out")  # fullmatch: one whole file name
 
 
 _ALLOWED = (
@@ -210,7 +210,7 @@ def _detection(line: str) -> tuple[str, float | None] | None:
 
 
 def _attempt_logs(job_dir: Path) -> list[tuple[int, Path]]:
-    slurm = [(int(m.group(1)), p) for p in job_dir.glob("log-*.out") if (m := _SLURM_LOG.match(p.name))]
+    slurm = [(int(m.group(1)), p) for p in job_dir.glob("log-*.out") if (m := _SLURM_LOG.fullmatch(p.name))]
     if slurm:
         return sorted(slurm)
     local = sorted(job_dir.glob("**/combined.log"))
@@ -228,7 +228,7 @@ def report_job(job_dir: str | Path) -> JobReport:
     guard: list[str] = []
     for batch in sorted(job_dir.glob("sbatch_*.out")):
         for line in batch.read_text(errors="replace").splitlines():
-            if m := _GUARD.match(line):  # the guard's echo; bash's trace of it starts with "+ "
+            if m := _GUARD.fullmatch(line):  # the guard's echo; bash's trace of it starts with "+ "
                 guard.append(m.group(1))
     return JobReport(job_dir=str(job_dir), attempts=attempts, guard=guard)
 
@@ -249,7 +249,7 @@ def report_experiment(exp_dir: str | Path) -> list[JobReport]:
 
 
 def _attempt_logs_here(path: Path) -> bool:
-    return any(_SLURM_LOG.match(p.name) for p in path.glob("log-*.out")) or any(path.glob("log_*.out"))
+    return any(_SLURM_LOG.fullmatch(p.name) for p in path.glob("log-*.out")) or any(path.glob("log_*.out"))
 
 
 def print_reports(console: Any, reports: list[JobReport]) -> None:
