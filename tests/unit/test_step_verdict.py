@@ -9,6 +9,9 @@ The end-to-end cases on the 4-node local Slurm are in tests/slurm/test_fault_tol
 
 from __future__ import annotations
 
+import pytest
+
+from tests.slurm_fixture import local_slurm  # noqa: F401
 from tests.unit.test_silent_node_evidence import E, I, line, run_bash
 
 NO_RESTART = (
@@ -63,7 +66,10 @@ def test_a_failure_without_a_node_line_survives_set_e_and_says_so(tmp_path):
     assert "cannot tell which node failed; requeue without excluding one" in out and out.endswith("survived"), out
 
 
-def test_a_straggler_rank_is_mapped_to_its_node(tmp_path):
+@pytest.mark.slurm
+def test_a_straggler_rank_is_mapped_to_its_node(local_slurm, tmp_path):  # noqa: F811
+    # The mapping asks the controller (`scontrol show node`) for each node's host name: with no slurmctld to
+    # answer, scontrol retries for MessageTimeout (30 s on the local cluster), hence the real cluster here.
     # Every node of the local cluster reports the same host name ('vm'): rank 1 -> group 1 -> task 0 (the task
     # that was assigned group rank 1) -> the first node of the allocation.
     lines = [
