@@ -6,7 +6,7 @@ In each venv: the user's example (three plugins on a SlurmExecutor with a LocalT
 script bash can parse, and ``list``/``show``/``explain``/``doctor``/``plan`` run on every recipe with no traceback;
 a missing optional piece (matplotlib, for ``plan --plot``) is named before any work, with exit code 3.
 
-The venvs are built once per session (module-scoped fixture, pip's cache makes the installs short); the
+The venvs are built once per session (module-scoped fixture; INSTALLERS says which installer builds which); the
 interpreters come from pyenv (``pyenv versions``; NRP_INSTALL_PYTHONS="3.10.13 3.12.1" chooses others).
 """
 
@@ -28,6 +28,11 @@ pytestmark = pytest.mark.install
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 MINORS = tuple(os.environ.get("NRP_INSTALL_MINORS", "3.10 3.12").split())
+#: Who installs the wheel into each venv. pip, the installer users run (its resolver included), on 3.12, the Python
+#: of Megatron Bridge's containers; uv (.ci/uv-install: the same indexes and constraints as pip here, the same
+#: declared dependencies) on the others, which prove the dependency ranges and the code on that Python. pip takes
+#: about 60 s of CPU for this wheel (resolving, then compiling ~130 packages), uv about 10.
+INSTALLERS = dict(item.split("=", 1) for item in os.environ.get("NRP_INSTALLERS", "3.12=pip").split())
 #: What a launching host must NOT need; the venv holds none of them (checked, so the tier proves it).
 TRAINING_STACK = ("torch", "nvidia_resiliency_ext", "megatron")
 
@@ -74,19 +79,24 @@ def host(request, wheel, tmp_path_factory) -> dict:
     made = subprocess.run([_interpreter(minor), "-m", "venv", str(venv)], capture_output=True, text=True)
     assert made.returncode == 0, made.stderr
     python = str(venv / "bin" / "python")
-    pip = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    # The pip a venv starts with is the interpreter's bundled one (23.0 on 3.10.13), whose resolver backtracks for
-    # minutes over NeMo-Run's dependencies: a current pip first, as a user's would be.
-    upgraded = subprocess.run([*pip, "--upgrade", "pip"], capture_output=True, text=True, timeout=600)
-    assert upgraded.returncode == 0, upgraded.stderr[-3000:]
+    installer = INSTALLERS.get(minor, "uv")
+    if installer == "pip":
+        pip = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+        # The pip a venv starts with is the interpreter's bundled one (23.0 on 3.10.13), whose resolver backtracks
+        # for minutes over NeMo-Run's dependencies: a current pip first, as a user's would be.
+        upgraded = subprocess.run([*pip, "--upgrade", "pip"], capture_output=True, text=True, timeout=600)
+        assert upgraded.returncode == 0, upgraded.stderr[-3000:]
+    else:
+        pip = ["bash", str(REPO / ".ci" / "uv-install"), python]
     done = subprocess.run([*pip, str(wheel)], capture_output=True, text=True, timeout=1200)
-    assert done.returncode == 0, f"pip install of {wheel.name} on Python {minor} failed:\n{done.stderr[-4000:]}"
+    assert done.returncode == 0, f"{installer} install of {wheel.name} on Python {minor} failed:\n{done.stderr[-4000:]}"
     seconds = time.monotonic() - started
     version = subprocess.run(
         [python, "-c", "import sys; print(sys.version.split()[0])"], capture_output=True, text=True
     )
     print(
-        f"\nlaunching-host venv: Python {version.stdout.strip()}, {wheel.name} + declared dependencies, {seconds:.0f} s"
+        f"\nlaunching-host venv: Python {version.stdout.strip()}, {wheel.name} + declared dependencies by {installer},"
+        f" {seconds:.0f} s"
     )
     return {"python": python, "bin": str(venv / "bin"), "minor": minor, "work": root}
 
