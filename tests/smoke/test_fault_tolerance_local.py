@@ -101,30 +101,41 @@ def test_hang_in_a_step_is_caught_by_the_step_section_timeout(baseline, kill_the
     assert_same_params(final_params(save), final_params(baseline[1]))
 
 
-def test_second_run_uses_computed_timeouts_and_detects_a_hang_faster(baseline, tmp_path, record_property):
-    shutil.copy(baseline[1] / "ft_state.json", tmp_path / "ft_state.json")
-    computed = json.loads((tmp_path / "ft_state.json").read_text())["current_timeouts"]["section"]["section"]["step"]
-    result = run_local(script_task(tmp_path, "hang"), [plugin()], name="ft-hang-2nd")
+@pytest.fixture(scope="module")
+def partial_second_run(baseline, tmp_path_factory):
+    """One job read by two tests: a run.Partial task (the plugin sets config fields, not CLI overrides) started on a
+    save directory holding the baseline's ft_state.json (a second run: Megatron Bridge loads the timeouts NVRx
+    computed), with rank 1 hung at step 13."""
+    from nemo_resiliency_plugins.testing import workload
+
+    save = tmp_path_factory.mktemp("partial-second-run")
+    shutil.copy(baseline[1] / "ft_state.json", save / "ft_state.json")
+    computed = json.loads((save / "ft_state.json").read_text())["current_timeouts"]["section"]["section"]["step"]
+    task = run.Partial(workload.pretrain, config=workload.reference_config_buildable(str(save)))
+    env = {"NRP_STEP_TIME": STEP_TIME, "NRP_FAULT": "hang", "NRP_FAULT_STEP": str(FAULT_STEP), "NRP_FAULT_RANK": "1"}
+    result = run_local(task, [plugin()], name="ft-partial-hang-2nd", env=env)
+    return result, save, computed
+
+
+def test_second_run_uses_computed_timeouts_and_detects_a_hang_faster(partial_second_run, record_property):
+    result, _, computed = partial_second_run
     assert result.state == "SUCCEEDED", result.log[-4000:]
     assert result.grep("FT: loaded timeouts from"), "Megatron Bridge did not load ft_state.json"
+    assert result.grep(f"FAULT_INJECTED kind=hang step={FAULT_STEP}")
     waited = section_wait(result)
     record_property("hang_detection_s_computed_timeout", waited)
     # NVRx's own figure against the timeout it computed from the baseline's steps (what this run loaded): the same
     # bounds as for the declared timeout (one 1 s check interval + 2 s of wake-up on a loaded host).
     assert computed <= waited < computed + 1 + 2, (waited, computed)
     assert computed < 5, f"the computed step timeout ({computed:.2f} s) should beat the declared 5 s"
-    assert_same_params(final_params(tmp_path), final_params(baseline[1]))
 
 
-def test_partial_task_recovers_from_a_killed_rank(baseline, tmp_path):
-    from nemo_resiliency_plugins.testing import workload
-
-    task = run.Partial(workload.pretrain, config=workload.reference_config_buildable(str(tmp_path)))
-    env = {"NRP_STEP_TIME": STEP_TIME, "NRP_FAULT": "kill", "NRP_FAULT_STEP": str(FAULT_STEP)}
-    result = run_local(task, [plugin()], name="ft-partial-kill", env=env)
+def test_partial_task_recovers_from_a_fault_with_nothing_lost(baseline, partial_second_run):
+    result, save, _ = partial_second_run
     assert result.state == "SUCCEEDED", result.log[-4000:]
-    assert result.grep("will restart worker group") and result.grep("RESUMED from step 10")
-    assert_same_params(final_params(tmp_path), final_params(baseline[1]))
+    assert result.grep("will restart worker group")
+    assert len(result.grep("RESUMED from step 10")) == 2, "both ranks resume from the last checkpoint before the hang"
+    assert_same_params(final_params(save), final_params(baseline[1]))
 
 
 def test_faults_beyond_the_restart_budget_end_failed(tmp_path):
@@ -164,3 +175,47 @@ def test_5711_a_finished_run_started_again_fails_exactly_where_the_known_bug_che
     else:
         assert FinishedRunResumeFails().detect().status == "fixed"
         assert result.state == "SUCCEEDED", result.log[-4000:]
+
+
+# `nemo-resiliency report` (issue 36) on the jobs above: each field agrees with what the test injected.
+
+
+def test_report_of_the_fault_free_job(baseline):
+    from nemo_resiliency_plugins.tools.report import report_job
+
+    job = report_job(baseline[0].job_dir)
+    assert (job.requeues, job.restarts, job.finished) == (0, 0, True)
+    (row,) = job.rows
+    assert row.injected == [] and row.detected_by is None and row.exit_code is None
+    assert row.checkpoints == [5, 10, 15, 20] and row.resumed_from is None and row.finished_step == STEPS
+
+
+def test_report_of_the_kill_then_hang_job(kill_then_hang):
+    from nemo_resiliency_plugins.tools.report import report_job
+
+    job = report_job(kill_then_hang[0].job_dir)
+    assert (job.requeues, job.restarts, job.finished) == (0, 2, True)
+    kill, hang, last = job.rows
+    assert kill.injected == [f"kill at step {FAULT_STEP} on rank 1"]
+    assert (kill.detected_by, kill.detected_on_rank, kill.exit_code) == ("rank killed by signal 9", 1, -9)
+    assert kill.checkpoints == [5, 10] and kill.resumed_from is None and kill.finished_step is None
+    assert kill.restart_s is not None and kill.restart_s > 0
+    assert hang.injected == [f"hang at step {HANG_STEP} on rank 1"] and hang.resumed_from == 10
+    assert hang.detected_by.startswith("section 'step' timeout"), hang.detected_by
+    # NVRx's figure, as test_hang_in_a_step_is_caught_by_the_step_section_timeout bounds it.
+    assert 5 <= hang.open_s < 5 + 1 + 2
+    assert hang.checkpoints == [15] and hang.finished_step is None
+    assert (last.injected, last.resumed_from, last.detected_by) == ([], 15, None)
+    assert (last.checkpoints, last.finished_step) == ([20], STEPS)
+
+
+def test_report_of_the_partial_second_run(partial_second_run):
+    from nemo_resiliency_plugins.tools.report import report_job
+
+    result, _, computed = partial_second_run
+    job = report_job(result.job_dir)
+    assert (job.requeues, job.restarts, job.finished) == (0, 1, True)
+    hang, last = job.rows
+    assert hang.injected == [f"hang at step {FAULT_STEP} on rank 1"]
+    assert hang.detected_by.startswith("section 'step' timeout") and computed <= hang.open_s < computed + 1 + 2
+    assert (last.resumed_from, last.finished_step) == (10, STEPS)
