@@ -10,13 +10,23 @@ Megatron Bridge's own ``DistributedSignalHandler`` (from the parsed ``train.exit
 ``train.exit_signal``) catches it in every rank, the workload saves a checkpoint and exits 0, ft_launcher
 exits 0, and the requeue guard requeues the job (it exited 0 after the preemption signal). The test gives
 the limit back; the next run resumes from that checkpoint and finishes, and the guard ends the job there.
+
+Beside it, in the same launch (the two jobs run at once; each test reads its own), the same proof for Megatron
+Bridge main's own Slurm launcher shape (issue 31): its ``SlurmTemplate`` with ``bash -c '{{ pre_cmds }} {{ command
+}}'`` (``INLINE_TEMPLATE`` read from the pinned upstream file in tests/fixtures/upstream), PreemptionPlugin alone,
+one rank run by a plain interpreter under ``bash <script>`` -> ``bash -c``. Forwarding the signal to the task's
+first process (the outer bash) killed the bash and with it the step, so nothing was saved; the forwarder now picks
+the first non-shell process under it, and without ft_launcher NeMo-Run's *plain* template decides the requeue.
 """
 
 from __future__ import annotations
 
 import re
 import subprocess
+import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 import torch
@@ -27,6 +37,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 TRAIN_ITERS = 1000
 STEP_TIME = "0.1"  # >= 100 s of training: outlasts the latest signal (90 s after the limit is shortened)
+UPSTREAM = Path(__file__).parents[1] / "fixtures" / "upstream" / "mbridge-main" / "scripts" / "performance"
 
 
 def _ft_settings() -> dict:
@@ -39,31 +50,66 @@ def _ft_settings() -> dict:
     )
 
 
-def test_slurm_signal_before_time_limit_saves_exits_0_and_requeued_job_resumes(local_slurm, tmp_path):
+def _mbridge_template() -> str:
+    """Megatron Bridge main's INLINE_TEMPLATE, from the pinned upstream file (not a copy of it)."""
+    sys.path.insert(0, str(UPSTREAM))
+    try:
+        from utils.executors import INLINE_TEMPLATE  # the upstream module; imports only nemo_run
+    finally:
+        sys.path.remove(str(UPSTREAM))
+    assert "bash -c '{{ pre_cmds }} {{ command }}'" in INLINE_TEMPLATE
+    return INLINE_TEMPLATE
+
+
+def _preempted_job(local_slurm, tmp_path: Path, name: str, **shape) -> dict:
+    """One job submitted with a 10-minute limit, shortened once it trains and given back once it is requeued."""
     t0 = time.monotonic()
     save = tmp_path / "ckpt"
     job = submit(
         local_slurm,
         tmp_path,
-        name="nrp-preempt",
+        name=name,
         args=[f"checkpoint.save={save}", f"train.train_iters={TRAIN_ITERS}", "checkpoint.save_interval=400"],
         time_limit="00:10:00",
         env={"NRP_STEP_TIME": STEP_TIME},
         preemption=dict(preempt_time=60),
-        ft=_ft_settings(),
+        **shape,
     )
-    script = job.sbatch_script()
+    _shorten_limit_once_training(local_slurm, job)
+    _restore_limit_after_requeue(local_slurm, job)
+    res = local_slurm.wait(job.job_id, timeout=600)
+    return dict(job=job, res=res, save=save, seconds=time.monotonic() - t0, script=job.sbatch_script())
+
+
+@pytest.fixture(scope="module")
+def preempted(local_slurm, tmp_path_factory) -> dict:
+    """Both jobs, run at once: under ft_launcher (FaultTolerancePlugin too) and under Megatron Bridge's launcher."""
+    shapes = {
+        "ft": dict(ft=_ft_settings()),
+        # pre_cmds as upstream joins them (" ; "): a command before the training one, so bash -c cannot exec it.
+        "mbridge-bash-c": dict(
+            ntasks_per_node=1, launcher=dict(template=_mbridge_template(), vars={"pre_cmds": "echo nrp-pre-cmd ;"})
+        ),
+    }
+    with ThreadPoolExecutor(len(shapes)) as pool:
+        futures = {
+            s: pool.submit(
+                _preempted_job, local_slurm, tmp_path_factory.mktemp(f"preempt-{s}"), f"nrp-preempt-{s}", **kw
+            )
+            for s, kw in shapes.items()
+        }
+        return {s: f.result() for s, f in futures.items()}
+
+
+def test_slurm_signal_before_time_limit_saves_exits_0_and_requeued_job_resumes(preempted):
+    out = preempted["ft"]
+    job, res, save, script, elapsed = out["job"], out["res"], out["save"], out["script"], out["seconds"]
     # B: the batch shell gets it and sends it to the step's task (ft_launcher) only; see preemption.py.
     assert "#SBATCH --signal=B:TERM@60" in script, script
     assert "trap 'nrp_forward_signal TERM' TERM" in script
     assert "#SBATCH --time=00:10:00" in script
     assert "ft_launcher" in script and "train.exit_signal=15" in script, script
-
-    _shorten_limit_once_training(local_slurm, job)
-    _restore_limit_after_requeue(local_slurm, job)
-    res = local_slurm.wait(job.job_id, timeout=600)
     logs = job.logs()
-    elapsed = time.monotonic() - t0
     assert (res.state, res.exit_code) == ("COMPLETED", 0), (res.record, logs[-8000:])
 
     attempts = job.attempt_logs()
@@ -106,6 +152,37 @@ def test_slurm_signal_before_time_limit_saves_exits_0_and_requeued_job_resumes(l
         f"SIGTERM at ft_launcher -> launcher exit 0: {exit_at - signal_at:.1f} s, "
         f"launcher exit -> requeued run's launcher up: {resumed_at - exit_at:.1f} s, test {elapsed / 60:.1f} min"
     )
+
+
+def test_megatron_bridge_bash_c_launcher_gets_the_signal_saves_requeues_and_resumes(preempted):
+    out = preempted["mbridge-bash-c"]
+    job, res, save, script = out["job"], out["res"], out["save"], out["script"]
+    assert "#SBATCH --signal=B:TERM@60" in script, script
+    # PreemptionPlugin alone: NeMo-Run's plain template (the ft_launcher one defines this function).
+    assert not re.search(r"^is_job_failures_limit_reached\(\)", script, re.M), script
+    # The wrapper really was Megatron Bridge's: NeMo-Run's task script holds its bash -c line.
+    texts = [p.read_text() for p in job.exp_dir.rglob("*.sh")]
+    assert any("bash -c 'echo nrp-pre-cmd ;" in t for t in texts), texts
+    logs = job.logs()
+    assert (res.state, res.exit_code) == ("COMPLETED", 0), (res.record, logs[-8000:])
+    attempts = job.attempt_logs()
+    first = attempts[0]
+    exit_steps = [int(x) for x in re.findall(r"EXIT on signal step=(\d+)", first)]
+    assert exit_steps, first[-6000:]
+    stopped_at = exit_steps[0]
+    assert 0 < stopped_at < TRAIN_ITERS
+    assert f"CHECKPOINT saved step={stopped_at}" in first, first[-6000:]
+    assert (save / f"iter_{stopped_at:07d}.pt").is_file(), sorted(p.name for p in save.iterdir())
+    # Who got the forwarded signal: the first non-shell process of the task, the rank's Python, not the bash.
+    sent = re.findall(r"sent SIGTERM to task pid \d+ \((\S+)\)", logs)
+    assert sent and all(name.startswith("python") for name in sent), (sent, logs[-6000:])
+    # Requeued by the guard (plain template: a run that exited 0 after the signal), resumed, finished, not again.
+    assert "exited 0 after SIGTERM: preempted, requeue" in logs, logs[-4000:]
+    assert res.restarts == 1, res.record
+    second = attempts[1]
+    assert f"RESUMED from step {stopped_at} (iter_{stopped_at:07d}.pt)" in second, second[-6000:]
+    assert finished_hash(second)[0] == TRAIN_ITERS
+    print(f"\nMegatron Bridge bash -c launcher: job {job.job_id} stopped at step {stopped_at}, {out['seconds']:.0f} s")
 
 
 def _record(local_slurm, job, patience_s: float = 60) -> dict:
@@ -154,3 +231,24 @@ def _restore_limit_after_requeue(local_slurm, job, timeout: float = 300) -> None
         assert time.monotonic() < deadline, (rec, job.logs()[-6000:])
         time.sleep(0.5)
     _scontrol_update(job, "TimeLimit=10")
+
+
+@pytest.mark.parametrize("shape", ["ft", "mbridge-bash-c"])
+def test_report_of_each_preempted_job(preempted, shape):
+    """`nemo-resiliency report` (issue 36) on both jobs: one attempt stopped by the signal with its save, the
+    requeue the guard made, the attempt that resumed from that save and finished."""
+    from nemo_resiliency_plugins.tools.report import report_experiment
+
+    out = preempted[shape]
+    (job,) = report_experiment(out["job"].exp_dir)
+    first = out["job"].attempt_logs()[0]
+    stopped_at = int(re.findall(r"EXIT on signal step=(\d+)", first)[0])
+    assert (job.requeues, job.restarts, job.finished) == (1, 0, True)
+    (stopped,), (resumed,) = (a.cycles for a in job.attempts)
+    assert stopped.injected == [] and stopped.detected_by is None and stopped.finished_step is None
+    assert stopped.checkpoints[-1] == stopped_at and stopped.resumed_from is None
+    assert (resumed.resumed_from, resumed.finished_step) == (stopped_at, TRAIN_ITERS)
+    verdicts = ["step exited 0 after SIGTERM: preempted, requeue"]
+    if shape == "ft":  # the ft_launcher template calls scontrol requeue after every run; the plain one on failure
+        verdicts.append("step exited 0 without a preemption signal: finished, not requeued")
+    assert [line for line in job.guard if "requeue" in line] == verdicts, job.guard
