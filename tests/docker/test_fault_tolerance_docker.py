@@ -92,3 +92,18 @@ def test_hang_is_caught_by_the_step_section_timeout(kill_then_hang, reference_ru
     assert len(result.grep("RESUMED from step 15")) == 2, "both ranks resume from the last checkpoint before the hang"
     assert len(result.grep("will restart worker group")) == 2, "one restart per fault"
     assert_same_params(final_params(save), final_params(reference_run[0]))
+
+
+def test_report_of_the_container_job(kill_then_hang):
+    """`nemo-resiliency report` (issue 36) on the container's log (``log_<container>.out``): the kill and the hang,
+    what caught each, the two resumes and the finish."""
+    from nemo_resiliency_plugins.tools.report import report_job
+
+    job = report_job(kill_then_hang[0].job_dir)
+    assert (job.requeues, job.restarts, job.finished) == (0, 2, True)
+    kill, hang, last = job.rows
+    assert kill.injected == [f"kill at step {KILL_STEP} on rank 1"]
+    assert (kill.detected_by, kill.exit_code) == ("rank killed by signal 9", -9)
+    assert (hang.injected, hang.resumed_from) == ([f"hang at step {HANG_STEP} on rank 1"], 10)
+    assert hang.detected_by.startswith("section 'step' timeout") and STEP_TIMEOUT <= hang.open_s < STEP_TIMEOUT + 3
+    assert (last.resumed_from, last.finished_step) == (15, STEPS)

@@ -421,3 +421,50 @@ def test_two_node_job_leaves_a_lost_node_and_a_hung_node_behind(jobs):
 # ----------------------------------------------------------------- issue 32: multi-node ends as the proofs promise
 
 
+# ------------------------------------------------------ issue 36: `nemo-resiliency report` on the jobs above
+
+
+def _report(job):
+    from nemo_resiliency_plugins.tools.report import report_experiment
+
+    (one,) = report_experiment(job.exp_dir)
+    return one
+
+
+def test_report_of_the_requeued_and_the_crash_loop_jobs(jobs):
+    requeue = _report(jobs["requeue"][0])
+    assert (requeue.requeues, requeue.restarts, requeue.finished) == (1, 0, True)
+    (killed,), (resumed,) = (a.cycles for a in requeue.attempts)
+    assert killed.injected == [f"kill at step {FAULT_STEP} on rank 1"]
+    assert (killed.detected_by, killed.exit_code) == ("rank killed by signal 9", -9)
+    assert (resumed.resumed_from, resumed.finished_step) == (10, STEPS)
+    assert requeue.guard[-1].endswith("finished, not requeued"), requeue.guard
+
+    loop = _report(jobs["crash-loop"][0])
+    assert (loop.requeues, loop.restarts, loop.finished) == (0, 1, False)
+    assert [row.injected for row in loop.rows] == [[f"kill at step {FAULT_STEP} on rank 1"]] * 2
+    assert [row.resumed_from for row in loop.rows] == [None, 10]
+    assert "no-restart code 93" in loop.guard[-1] and "not requeued" in loop.guard[-1], loop.guard
+
+
+def test_report_of_the_progress_each_cycle_job(jobs):
+    job = _report(jobs["progress-each-cycle"][0])
+    assert (job.requeues, job.restarts, job.finished) == (0, 3, True)
+    assert [row.injected for row in job.rows] == [[f"kill at step {s} on rank 1"] for s in (8, 13, 18)] + [[]]
+    assert [row.resumed_from for row in job.rows] == [None, 5, 10, 15]
+    assert all(row.detected_by == "rank killed by signal 9" for row in job.rows[:3]), job.rows
+    assert job.rows[-1].finished_step == STEPS
+
+
+def test_report_of_the_two_node_job(jobs):
+    """Three attempts: the lost node (srun's line), the hung node (a section timeout on the healthy node), the run
+    that finishes; the guard's verdicts name both nodes."""
+    job = _report(jobs["two-nodes"][0])
+    lost, hung = jobs["two-nodes-killed"]["node"][0], jobs["two-nodes-frozen"]["node"][0]
+    assert job.requeues == jobs["two-nodes"][2].restarts and job.requeues >= 2 and job.finished
+    assert job.attempts[1].cycles[0].resumed_from == 5
+    assert job.attempts[1].cycles[0].detected_by.startswith("section 'step' timeout")
+    assert job.attempts[-1].cycles[-1].resumed_from == 10 and job.attempts[-1].cycles[-1].finished_step == STEPS
+    assert job.guard[0].startswith(f"node {lost} failed first") and "excludes" in job.guard[0], job.guard
+    assert any(line.startswith(f"node {hung} went silent") for line in job.guard), job.guard
+    assert job.guard[-1].endswith("finished, not requeued"), job.guard

@@ -172,3 +172,18 @@ def test_with_fault_tolerance_a_killed_rank_falls_back_to_the_launcher(baseline,
     assert result.grep("restart=1"), "the workers were started again by ft_launcher"
     assert len(result.grep(f"RESUMED from step {KILL_STEP // 5 * 5}")) == 2
     assert_same_params(final_params(save), final_params(baseline[1]))
+
+
+def test_report_of_the_raise_then_kill_job(raise_then_kill):
+    """`nemo-resiliency report` (issue 36): the raise handled in-process inside cycle 0, the kill that ended it,
+    ft_launcher's restart, the resume from step 15 and the finish."""
+    from nemo_resiliency_plugins.tools.report import report_job
+
+    job = report_job(raise_then_kill[0].job_dir)
+    assert (job.requeues, job.restarts, job.finished) == (0, 1, True)
+    first, second = job.rows
+    assert first.injected == [f"raise at step {FAULT_STEP} on rank 1", f"kill at step {KILL_STEP} on rank 1"]
+    assert (first.inprocess_restarts, first.resumed_from) == (1, 10)
+    assert (first.detected_by, first.exit_code) == ("rank killed by signal 9", -9)
+    assert first.exits == ["local rank 1 killed by signal 9"], "the raise never reached the launcher"
+    assert (second.injected, second.resumed_from, second.finished_step) == ([], 15, STEPS)

@@ -103,3 +103,17 @@ def test_with_fault_tolerance_plugin_exit_17_is_restarted_in_place_and_training_
     assert result.grep(f"FINISHED step={STEPS}")
     params = torch.load(save / "final_params.pt")
     assert not any(torch.isnan(t).any() for t in params.values()), "the bad step never reached the weights"
+
+
+def test_report_of_the_nan_job_under_fault_tolerance(nan_under_ft):
+    """`nemo-resiliency report` (issue 36): the NaN injected, the exit code 17 that ended the cycle, the restart,
+    the resume from step 10 and the finish."""
+    from nemo_resiliency_plugins.tools.report import report_job
+
+    job = report_job(nan_under_ft[0].job_dir)
+    assert (job.requeues, job.restarts, job.finished) == (0, 1, True)
+    nan, last = job.rows
+    assert nan.injected == [f"nan at step {FT_NAN_STEP} on rank 1"]
+    assert (nan.detected_by, nan.exit_code) == ("rank exited with code 17", 17)
+    assert nan.checkpoints == [5, 10] and nan.resumed_from is None
+    assert (last.injected, last.resumed_from, last.finished_step) == ([], 10, STEPS)
