@@ -113,6 +113,8 @@ Log lines (stdout, flushed, each prefixed with ``[rank<r>] ``):
     ``EXIT on straggler step=<n>`` (``stop_if_detected``; the process then exits 0)
     ``EXIT rerun_state_machine exit_code=<c> step=<n>`` (the process then exits with that code)
     ``FINISHED step=<n> params_sha256=<hex>`` (rank 0)
+    `` [<Y-m-d H:M:S>] iteration <n>/<train_iters> | consumed samples: <c> | elapsed time per iteration (ms): <t> |``
+    (last rank, every ``logger.log_interval`` iterations, no rank prefix: Megatron Bridge's own training_log line)
     ``STEP_TIMES n=<k> median_ms=<m> min_ms=<a> max_ms=<b>`` (rank 0, after its loop: iterations without a
     checkpoint, FT hooks included)
     ``INPROCESS iteration=<i> pid=<pid> time=<unix s>`` (in-process restart: each entry into the loop)
@@ -482,6 +484,8 @@ def _train_once(cfg: ConfigContainer, state: GlobalState, restart_store: Any = N
         exited_on_signal = False
         loop_start = time.monotonic()
         step_seconds: list[float] = []  # iterations without a checkpoint, FT hooks included (STEP_TIMES)
+        log_interval = cfg.logger.log_interval
+        interval_start, interval_from = time.perf_counter(), state.train_state.step
         while state.train_state.step < train_iters:
             iteration_start = time.perf_counter()
             fault_tolerance.on_training_step_start(state)
@@ -499,6 +503,18 @@ def _train_once(cfg: ConfigContainer, state: GlobalState, restart_store: Any = N
                 sys.exit(exit_code)
             state.train_state.step += 1
             state.train_state.consumed_train_samples += _ROWS_PER_RANK * trainer.world
+            # Megatron Bridge's training_log: every log_interval iterations, before the checkpoint decisions, on
+            # the last rank, the average time per iteration since the last such line (a save lands in the next).
+            if log_interval and state.train_state.step % log_interval == 0:
+                now = time.perf_counter()
+                if trainer.rank == trainer.world - 1:
+                    print(
+                        _iteration_line(
+                            state, train_iters, (now - interval_start) / (state.train_state.step - interval_from)
+                        ),
+                        flush=True,
+                    )
+                interval_start, interval_from = now, state.train_state.step
 
             # Like Megatron Bridge's checkpoint_and_decide_exit: signal first, then the regular interval.
             if cfg.train.exit_signal_handler and any(state.signal_handler.signals_received()):
@@ -546,6 +562,17 @@ def _train_once(cfg: ConfigContainer, state: GlobalState, restart_store: Any = N
         if created_pg and dist.is_initialized():
             dist.destroy_process_group()
         destroy_rerun_state_machine()
+
+
+def _iteration_line(state: GlobalState, train_iters: int, seconds_per_iteration: float) -> str:
+    """Megatron Bridge 0.6.2's training_log line (``utils/train_utils.py``), the fields this model has: the wall
+    clock to the second, the iteration, consumed samples and the average time per iteration (what
+    ``nemo-resiliency report`` reads to measure goodput on real jobs and on this one alike)."""
+    return (
+        f" [{time.strftime('%Y-%m-%d %H:%M:%S')}] iteration {state.train_state.step:8d}/{train_iters:8d} |"
+        f" consumed samples: {state.train_state.consumed_train_samples:12d} |"
+        f" elapsed time per iteration (ms): {seconds_per_iteration * 1000.0:.1f} |"
+    )
 
 
 def _step_times_line(seconds: list[float]) -> str:
