@@ -14,7 +14,10 @@ What it reads, and from where (nothing else, no server):
 
 Which rank a detection names is the rank whose monitor fired: for a hang inside a collective that is a rank
 *blocked* by the hung one, not necessarily the hung one (the report says "detected on", not "fault on").
-Goodput is not measured yet: it needs per-step timestamps (issue 36), and the report says so rather than guess.
+Goodput is measured from Megatron Bridge's own training_log lines (``[time] iteration N/M | ... elapsed time per
+iteration (ms): t |``, every ``logger.log_interval`` iterations): which iterations each cycle reached, which the next
+cycle had to train again (after the last checkpoint), and how long an iteration took. Without those lines the
+report says it cannot measure goodput rather than guess.
 """
 
 from __future__ import annotations
@@ -42,6 +45,12 @@ _SAVED = re.compile(r"CHECKPOINT saved step=(\d+)|successfully saved checkpoint 
 _FINISHED = re.compile(r"FINISHED step=(\d+)")
 _INPROCESS = re.compile(r"INPROCESS iteration=([1-9]\d*)")
 _GUARD = re.compile(r"nemo-resiliency-plugins: (.+)")  # fullmatch: one whole line
+# Megatron Bridge's training_log line (every logger.log_interval iterations, on the last rank); the reference workload
+# prints the same line.
+_ITERATION = re.compile(
+    r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\] iteration\s+(\d+)/\s*\d+ \|.*?"
+    r"elapsed time per iteration \(ms\): ([0-9.]+) \|"
+)
 _SLURM_LOG = re.compile(r"log-.*_(\d+)\.out")  # fullmatch: one whole file name
 
 
@@ -77,6 +86,12 @@ class CycleRow:
     exits: list[str] = dataclasses.field(default_factory=list)  # every worker exit it reported, in order
     restart_s: float | None = None  # detection -> the next cycle's workers started (launcher clock)
     finished_step: int | None = None
+    last_iteration: int | None = None  # the last iteration Megatron Bridge's training_log reported in this cycle
+    iteration_ms: float | None = None  # its average time per iteration over the cycle's training_log lines
+    # Iterations this cycle trained twice: after an in-process restart it resumes from a checkpoint older than
+    # the iteration it had reached, inside the same cycle.
+    recomputed_inside: int = 0
+    resumed_from_first: int | None = None  # where the cycle's workers began (resumed_from is the latest resume)
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -111,6 +126,36 @@ class JobReport:
     def finished(self) -> bool:
         return any(row.finished_step is not None for row in self.rows)
 
+    def iterations(self) -> tuple[int, int] | None:
+        """(kept, recomputed): the iterations the final model holds, and those trained again because a fault came
+        after the last checkpoint (inside a cycle after an in-process restart, or by the next cycle or attempt,
+        which resumed from an older iteration than the last one reported). With ``logger.log_interval`` > 1 the
+        recomputed count is a lower bound (iterations after the last training_log line are not seen). None
+        without training_log lines."""
+        rows = self.rows
+        if not any(row.last_iteration is not None for row in rows):
+            return None
+        recomputed = sum(row.recomputed_inside for row in rows)
+        reached = 0
+        for row in rows:
+            recomputed += max(0, reached - (row.resumed_from_first or 0))
+            if row.last_iteration is not None:
+                reached = row.last_iteration
+        return reached, recomputed
+
+    def goodput(self) -> float | None:
+        """The share of the launchers' wall time (every attempt, first log line to last; time queued between
+        Slurm attempts not counted) spent on the iterations the final model keeps, at the measured time per
+        iteration. Start-up, detection, restarts, saves outside an iteration and recomputed iterations are the
+        rest. None without training_log lines or time stamps."""
+        counts = self.iterations()
+        walls = [a.wall_s for a in self.attempts if a.wall_s]
+        known = [row.iteration_ms for row in self.rows if row.iteration_ms is not None]
+        if counts is None or not walls or not known:
+            return None
+        productive_s = counts[0] * (sum(known) / len(known)) / 1000.0
+        return round(min(1.0, productive_s / sum(walls)), 4)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "job_dir": self.job_dir,
@@ -119,9 +164,16 @@ class JobReport:
             "in_job_restarts": self.restarts,
             "finished": self.finished,
             "guard": self.guard,
-            "goodput": None,
-            "goodput_note": "not measured yet: needs per-step timestamps (issue 36)",
+            "iterations_kept_recomputed": self.iterations(),
+            "goodput": self.goodput(),
+            "goodput_note": _GOODPUT_NOTE,
         }
+
+
+_GOODPUT_NOTE = (
+    "share of the launchers' wall time (all attempts, queue time not counted) spent on iterations the final model "
+    "keeps, from Megatron Bridge's training_log lines (logger.log_interval); null without them"
+)
 
 
 def _time(line: str, year: int | None) -> dt.datetime | None:
@@ -142,10 +194,19 @@ def parse_attempt(text: str, attempt: int = 0, log: str = "") -> AttemptReport:
     rows: dict[int, CycleRow] = {0: CycleRow(attempt=attempt, cycle=0)}
     detected: dict[int, dt.datetime] = {}
     cur, first, last = 0, None, None
+    ms: dict[int, list[float]] = {}
+    reached: dict[int, int] = {}  # per cycle: the last iteration reported, or the checkpoint it resumed from since
     for line in text.splitlines():
         when = _time(line, year)
+        iteration = _ITERATION.search(line)
+        if iteration:
+            when = dt.datetime.strptime(iteration.group(1), "%Y-%m-%d %H:%M:%S")
         if when:
             first, last = first or when, when
+        if iteration:
+            rows[cur].last_iteration = reached[cur] = int(iteration.group(2))
+            ms.setdefault(cur, []).append(float(iteration.group(3)))
+            continue
         if m := _RESTART.search(line):
             cur = max(cur, int(m.group(1)))
             rows.setdefault(cur, CycleRow(attempt=attempt, cycle=cur))
@@ -183,6 +244,11 @@ def parse_attempt(text: str, attempt: int = 0, log: str = "") -> AttemptReport:
             row.injected.append(f"{m.group(1)} at step {m.group(2)} on rank {m.group(3)}")
         elif m := _RESUMED.search(line):
             row.resumed_from = int(m.group(1) or m.group(2))
+            if row.last_iteration is None:
+                row.resumed_from_first = row.resumed_from if row.resumed_from_first is None else row.resumed_from_first
+            elif reached.get(cur, 0) > row.resumed_from:  # an in-process restart went back to a checkpoint
+                row.recomputed_inside += reached[cur] - row.resumed_from
+            reached[cur] = row.resumed_from  # a second rank's line for the same resume adds nothing
         elif m := _SAVED.search(line):
             step = int(m.group(1) or m.group(2))
             if step not in row.checkpoints:
@@ -193,6 +259,8 @@ def parse_attempt(text: str, attempt: int = 0, log: str = "") -> AttemptReport:
             row.inprocess_restarts = max(row.inprocess_restarts, int(m.group(1)))
     for cycle, when in detected.items():
         rows[cycle].detected_at = rows[cycle].detected_at or _iso(when)
+    for cycle, values in ms.items():
+        rows[cycle].iteration_ms = round(sum(values) / len(values), 3)
     wall = round((last - first).total_seconds(), 3) if first and last else None
     cycles = [rows[k] for k in sorted(rows)]
     return AttemptReport(attempt=attempt, log=log, first=_iso(first), last=_iso(last), wall_s=wall, cycles=cycles)
@@ -276,10 +344,17 @@ def print_reports(console: Any, reports: list[JobReport]) -> None:
             )
         console.print(table)
         walls = [a.wall_s for a in job.attempts if a.wall_s is not None]
+        counts, goodput = job.iterations(), job.goodput()
+        if goodput is None:
+            measured = "goodput: not measured (no Megatron Bridge training_log lines in the logs)"
+        else:
+            measured = (
+                f"goodput {goodput:.1%} (iterations kept {counts[0]}, recomputed after faults {counts[1]}; "
+                "the rest of the wall time went to start-up, detection, restarts and saves)"
+            )
         console.print(
             f"attempts {len(job.attempts)} (requeues {job.requeues}), in-job restarts {job.restarts}, "
-            f"launcher wall {sum(walls):.0f} s, {'finished' if job.finished else 'did not finish'}; "
-            "goodput: not measured yet (needs per-step timestamps)",
+            f"launcher wall {sum(walls):.0f} s, {'finished' if job.finished else 'did not finish'}; {measured}",
             markup=False,
         )
         for line in job.guard:

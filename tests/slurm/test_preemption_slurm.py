@@ -248,6 +248,9 @@ def test_report_of_each_preempted_job(preempted, shape):
     assert stopped.injected == [] and stopped.detected_by is None and stopped.finished_step is None
     assert stopped.checkpoints[-1] == stopped_at and stopped.resumed_from is None
     assert (resumed.resumed_from, resumed.finished_step) == (stopped_at, TRAIN_ITERS)
+    # Saved at the signal, right after the last iteration it reported: a preemption costs no iteration.
+    assert stopped.last_iteration == stopped_at and job.iterations() == (TRAIN_ITERS, 0)
+    assert 0 < job.goodput() < 1
     verdicts = ["step exited 0 after SIGTERM: preempted, requeue"]
     if shape == "ft":  # the ft_launcher template calls scontrol requeue after every run; the plain one on failure
         verdicts.append("step exited 0 without a preemption signal: finished, not requeued")

@@ -188,6 +188,9 @@ def test_report_of_the_fault_free_job(baseline):
     (row,) = job.rows
     assert row.injected == [] and row.detected_by is None and row.exit_code is None
     assert row.checkpoints == [5, 10, 15, 20] and row.resumed_from is None and row.finished_step == STEPS
+    # Megatron Bridge's training_log line every iteration (log_interval=1): all 20 kept, none trained twice.
+    assert (row.last_iteration, job.iterations()) == (STEPS, (STEPS, 0))
+    assert 0 < job.goodput() < 1  # start-up (imports, rendezvous) is most of this tiny job's wall time
 
 
 def test_report_of_the_kill_then_hang_job(kill_then_hang):
@@ -207,6 +210,9 @@ def test_report_of_the_kill_then_hang_job(kill_then_hang):
     assert hang.checkpoints == [15] and hang.finished_step is None
     assert (last.injected, last.resumed_from, last.detected_by) == ([], 15, None)
     assert (last.checkpoints, last.finished_step) == ([20], STEPS)
+    # Iterations 11-12 (after the step-10 checkpoint, before the kill) and 16 (before the hang) were trained again.
+    assert (kill.last_iteration, hang.last_iteration) == (FAULT_STEP - 1, HANG_STEP - 1)
+    assert job.iterations() == (STEPS, 3) and 0 < job.goodput() < 1
 
 
 def test_report_of_the_partial_second_run(partial_second_run):
