@@ -102,6 +102,9 @@ class AttemptReport:
     last: str | None
     wall_s: float | None
     cycles: list[CycleRow]
+    # Whether a launcher (NVRx's or torch's logging) stamped the log: without one (a plain interpreter) the only
+    # time stamps are the training_log lines, so the wall time misses start-up and goodput cannot be measured.
+    launcher_stamped: bool = False
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -147,11 +150,12 @@ class JobReport:
         """The share of the launchers' wall time (every attempt, first log line to last; time queued between
         Slurm attempts not counted) spent on the iterations the final model keeps, at the measured time per
         iteration. Start-up, detection, restarts, saves outside an iteration and recomputed iterations are the
-        rest. None without training_log lines or time stamps."""
+        rest. None without training_log lines, or when an attempt's log has no launcher time stamps (a plain
+        interpreter: its start-up cannot be timed, and the training_log lines alone would overstate goodput)."""
         counts = self.iterations()
         walls = [a.wall_s for a in self.attempts if a.wall_s]
         known = [row.iteration_ms for row in self.rows if row.iteration_ms is not None]
-        if counts is None or not walls or not known:
+        if counts is None or not walls or not known or not all(a.launcher_stamped for a in self.attempts):
             return None
         productive_s = counts[0] * (sum(known) / len(known)) / 1000.0
         return round(min(1.0, productive_s / sum(walls)), 4)
@@ -172,7 +176,8 @@ class JobReport:
 
 _GOODPUT_NOTE = (
     "share of the launchers' wall time (all attempts, queue time not counted) spent on iterations the final model "
-    "keeps, from Megatron Bridge's training_log lines (logger.log_interval); null without them"
+    "keeps, from Megatron Bridge's training_log lines (logger.log_interval); null without them or without a "
+    "launcher's time stamps (a plain interpreter: start-up cannot be timed)"
 )
 
 
@@ -195,9 +200,11 @@ def parse_attempt(text: str, attempt: int = 0, log: str = "") -> AttemptReport:
     detected: dict[int, dt.datetime] = {}
     cur, first, last = 0, None, None
     ms: dict[int, list[float]] = {}
+    stamped = False
     reached: dict[int, int] = {}  # per cycle: the last iteration reported, or the checkpoint it resumed from since
     for line in text.splitlines():
         when = _time(line, year)
+        stamped = stamped or when is not None
         iteration = _ITERATION.search(line)
         if iteration:
             when = dt.datetime.strptime(iteration.group(1), "%Y-%m-%d %H:%M:%S")
@@ -263,7 +270,15 @@ def parse_attempt(text: str, attempt: int = 0, log: str = "") -> AttemptReport:
         rows[cycle].iteration_ms = round(sum(values) / len(values), 3)
     wall = round((last - first).total_seconds(), 3) if first and last else None
     cycles = [rows[k] for k in sorted(rows)]
-    return AttemptReport(attempt=attempt, log=log, first=_iso(first), last=_iso(last), wall_s=wall, cycles=cycles)
+    return AttemptReport(
+        attempt=attempt,
+        log=log,
+        first=_iso(first),
+        last=_iso(last),
+        wall_s=wall,
+        cycles=cycles,
+        launcher_stamped=stamped,
+    )
 
 
 def _detection(line: str) -> tuple[str, float | None] | None:
@@ -346,7 +361,11 @@ def print_reports(console: Any, reports: list[JobReport]) -> None:
         walls = [a.wall_s for a in job.attempts if a.wall_s is not None]
         counts, goodput = job.iterations(), job.goodput()
         if goodput is None:
-            measured = "goodput: not measured (no Megatron Bridge training_log lines in the logs)"
+            measured = (
+                "goodput: not measured (no launcher time stamps in the logs)"
+                if counts is not None
+                else "goodput: not measured (no Megatron Bridge training_log lines in the logs)"
+            )
         else:
             measured = (
                 f"goodput {goodput:.1%} (iterations kept {counts[0]}, recomputed after faults {counts[1]}; "

@@ -210,9 +210,10 @@ def test_report_of_the_kill_then_hang_job(kill_then_hang):
     assert hang.checkpoints == [15] and hang.finished_step is None
     assert (last.injected, last.resumed_from, last.detected_by) == ([], 15, None)
     assert (last.checkpoints, last.finished_step) == ([20], STEPS)
-    # Iterations 11-12 (after the step-10 checkpoint, before the kill) and 16 (before the hang) were trained again.
-    assert (kill.last_iteration, hang.last_iteration) == (FAULT_STEP - 1, HANG_STEP - 1)
-    assert job.iterations() == (STEPS, 3) and 0 < job.goodput() < 1
+    # A fault at step N strikes after iteration N completed: 11-13 (after the step-10 checkpoint) and 16-17 (after
+    # the step-15 one) were trained again.
+    assert (kill.last_iteration, hang.last_iteration) == (FAULT_STEP, HANG_STEP)
+    assert job.iterations() == (STEPS, 3 + 2) and 0 < job.goodput() < 1
 
 
 def test_report_of_the_partial_second_run(partial_second_run):

@@ -187,6 +187,7 @@ def test_report_of_the_raise_then_kill_job(raise_then_kill):
     assert (first.detected_by, first.exit_code) == ("rank killed by signal 9", -9)
     assert first.exits == ["local rank 1 killed by signal 9"], "the raise never reached the launcher"
     assert (second.injected, second.resumed_from, second.finished_step) == ([], 15, STEPS)
-    # Trained twice: 11-12 inside cycle 0 (the raise at 13 went back to step 10 in the same processes), 16 in cycle 1.
-    assert (first.recomputed_inside, first.last_iteration) == (FAULT_STEP - 1 - 10, KILL_STEP - 1)
-    assert job.iterations() == (STEPS, 3)
+    # Trained twice (a fault at step N strikes after iteration N): 11-13 inside cycle 0 (the raise went back to the
+    # step-10 checkpoint in the same processes), 16-17 by cycle 1.
+    assert (first.recomputed_inside, first.last_iteration) == (FAULT_STEP - 10, KILL_STEP)
+    assert job.iterations() == (STEPS, 3 + 2)

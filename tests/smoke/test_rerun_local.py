@@ -117,5 +117,6 @@ def test_report_of_the_nan_job_under_fault_tolerance(nan_under_ft):
     assert (nan.detected_by, nan.exit_code) == ("rank exited with code 17", 17)
     assert nan.checkpoints == [5, 10] and nan.resumed_from is None
     assert (last.injected, last.resumed_from, last.finished_step) == ([], 10, STEPS)
-    # Iteration 13 never completed (the re-run exited inside it): 11-12 were trained again after the restart.
-    assert (nan.last_iteration, job.iterations()) == (FT_NAN_STEP - 1, (STEPS, 2))
+    # The NaN came in the iteration after step 13 (a fault at step N strikes after iteration N): 11-13 were
+    # trained again after the restart.
+    assert (nan.last_iteration, job.iterations()) == (FT_NAN_STEP, (STEPS, 3))
