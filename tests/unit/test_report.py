@@ -12,7 +12,10 @@ launcher logs, the Slurm batch log), taken from one run of the suite on 2026-12-
   one node SIGKILLed (requeue, node excluded), then a node SIGSTOPped (the healthy node's step section times out,
   the guard excludes the silent node), then the run that finishes;
 * ``slurm-crash-loop``: the same file's crash loop: rank 1 killed at step 13 in every cycle, NVRx's progress
-  tracker stops it after one cycle without progress.
+  tracker stops it after one cycle without progress;
+* ``local-ft-kill-then-hang`` (a later run, commit 64ca2bc, once the reference workload printed Megatron Bridge's
+  training_log line): tests/smoke/test_fault_tolerance_local.py's kill-then-hang job: rank 1 SIGKILLed at step 13,
+  then, resumed from step 10, hung at step 17 (the step section timeout), resumed from step 15, finished.
 
 Each field the report gives is checked against what the test injected.
 """
@@ -87,6 +90,22 @@ def test_crash_loop_every_cycle_ended_by_the_same_kill(tmp_path):
         assert (row.detected_by, row.detected_on_rank) == ("rank killed by signal 9", 1)
     assert job.rows[1].resumed_from == 10 and job.rows[1].checkpoints == []  # no progress: no new checkpoint
     assert "no-restart code" in job.guard[-1] and "not requeued" in job.guard[-1]
+
+
+def test_goodput_and_the_iterations_trained_twice(tmp_path, capsys):
+    (job,) = report_experiment(unpack("local-ft-kill-then-hang", tmp_path))
+    kill, hang, last = job.rows
+    # A fault at step N strikes after iteration N: 11-13 and 16-17 were trained again after the resumes.
+    assert [row.last_iteration for row in job.rows] == [13, 17, 20]
+    assert [row.resumed_from for row in job.rows] == [None, 10, 15]
+    assert job.iterations() == (20, 5)
+    assert all(row.iteration_ms > 100 for row in job.rows)  # NRP_STEP_TIME=0.15 s per iteration, and then some
+    # 20 kept iterations at ~160 ms against the launcher's 86 s: start-up, detection and restarts are the rest.
+    assert job.attempts[0].launcher_stamped and 0.02 < job.goodput() < 0.06
+    with pytest.raises(SystemExit) as done:
+        main(["report", str(tmp_path / "local-ft-kill-then-hang")])
+    assert done.value.code == 0
+    assert "goodput 3.7% (iterations kept 20, recomputed after faults 5;" in " ".join(capsys.readouterr().out.split())
 
 
 def test_the_command_prints_the_table_and_json(tmp_path, capsys):
