@@ -132,9 +132,9 @@ class JobReport:
     def iterations(self) -> tuple[int, int] | None:
         """(kept, recomputed): the iterations the final model holds, and those trained again because a fault came
         after the last checkpoint (inside a cycle after an in-process restart, or by the next cycle or attempt,
-        which resumed from an older iteration than the last one reported). With ``logger.log_interval`` > 1 the
-        recomputed count is a lower bound (iterations after the last training_log line are not seen). None
-        without training_log lines."""
+        which resumed from an older iteration than the last one reported). The recomputed count is a lower bound:
+        iterations after the last training_log line seen are not counted (``logger.log_interval`` > 1, or the last
+        rank, which prints the line, lost with its node). None without training_log lines."""
         rows = self.rows
         if not any(row.last_iteration is not None for row in rows):
             return None
@@ -368,7 +368,7 @@ def print_reports(console: Any, reports: list[JobReport]) -> None:
             )
         else:
             measured = (
-                f"goodput {goodput:.1%} (iterations kept {counts[0]}, recomputed after faults {counts[1]}; "
+                f"goodput {goodput:.1%} (iterations kept {counts[0]}, recomputed after faults at least {counts[1]}; "
                 "the rest of the wall time went to start-up, detection, restarts and saves)"
             )
         console.print(
