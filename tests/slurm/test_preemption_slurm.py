@@ -98,11 +98,19 @@ def preempted(local_slurm, tmp_path_factory) -> dict:
             )
             for s, kw in shapes.items()
         }
-        return {s: f.result() for s, f in futures.items()}
+        # One job's failure (an assertion while waiting on it) fails that job's tests only, not the other's.
+        return {s: f.exception() or f.result() for s, f in futures.items()}
+
+
+def _job(preempted: dict, shape: str) -> dict:
+    out = preempted[shape]
+    if isinstance(out, BaseException):
+        raise out
+    return out
 
 
 def test_slurm_signal_before_time_limit_saves_exits_0_and_requeued_job_resumes(preempted):
-    out = preempted["ft"]
+    out = _job(preempted, "ft")
     job, res, save, script, elapsed = out["job"], out["res"], out["save"], out["script"], out["seconds"]
     # B: the batch shell gets it and sends it to the step's task (ft_launcher) only; see preemption.py.
     assert "#SBATCH --signal=B:TERM@60" in script, script
@@ -155,7 +163,7 @@ def test_slurm_signal_before_time_limit_saves_exits_0_and_requeued_job_resumes(p
 
 
 def test_megatron_bridge_bash_c_launcher_gets_the_signal_saves_requeues_and_resumes(preempted):
-    out = preempted["mbridge-bash-c"]
+    out = _job(preempted, "mbridge-bash-c")
     job, res, save, script = out["job"], out["res"], out["save"], out["script"]
     assert "#SBATCH --signal=B:TERM@60" in script, script
     # PreemptionPlugin alone: NeMo-Run's plain template (the ft_launcher one defines this function).
@@ -239,7 +247,7 @@ def test_report_of_each_preempted_job(preempted, shape):
     requeue the guard made, the attempt that resumed from that save and finished."""
     from nemo_resiliency_plugins.tools.report import report_experiment
 
-    out = preempted[shape]
+    out = _job(preempted, shape)
     (job,) = report_experiment(out["job"].exp_dir)
     first = out["job"].attempt_logs()[0]
     stopped_at = int(re.findall(r"EXIT on signal step=(\d+)", first)[0])
