@@ -252,7 +252,8 @@ def parse_attempt(text: str, attempt: int = 0, log: str = "") -> AttemptReport:
         elif m := _RESUMED.search(line):
             row.resumed_from = int(m.group(1) or m.group(2))
             if row.last_iteration is None:
-                row.resumed_from_first = row.resumed_from if row.resumed_from_first is None else row.resumed_from_first
+                if row.resumed_from_first is None:
+                    row.resumed_from_first = row.resumed_from
             elif reached.get(cur, 0) > row.resumed_from:  # an in-process restart went back to a checkpoint
                 row.recomputed_inside += reached[cur] - row.resumed_from
             reached[cur] = row.resumed_from  # a second rank's line for the same resume adds nothing

@@ -23,6 +23,7 @@ import yaml
 
 from nemo_resiliency_plugins.recipes import get_recipe
 from nemo_resiliency_plugins.tools.doctor import check_job, jobs_from_experiment_dir
+from nemo_resiliency_plugins.tools.report import report_job
 from tests.helpers import assert_same_params, final_params, workload_script
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -97,8 +98,6 @@ def test_hang_is_caught_by_the_step_section_timeout(kill_then_hang, reference_ru
 def test_report_of_the_container_job(kill_then_hang):
     """`nemo-resiliency report` (issue 36) on the container's log (``log_<container>.out``): the kill and the hang,
     what caught each, the two resumes and the finish."""
-    from nemo_resiliency_plugins.tools.report import report_job
-
     job = report_job(kill_then_hang[0].job_dir)
     assert (job.requeues, job.restarts, job.finished) == (0, 2, True)
     kill, hang, last = job.rows

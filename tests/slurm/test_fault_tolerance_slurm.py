@@ -38,6 +38,7 @@ from pathlib import Path
 
 import pytest
 
+from nemo_resiliency_plugins.tools.report import report_experiment
 from tests.slurm.nrp_jobs import finished_hash, launcher_times, nemo_run_state, submit
 from tests.slurm_fixture import REQUEUE_RELEASE_DELAY
 
@@ -425,8 +426,6 @@ def test_two_node_job_leaves_a_lost_node_and_a_hung_node_behind(jobs):
 
 
 def _report(job):
-    from nemo_resiliency_plugins.tools.report import report_experiment
-
     (one,) = report_experiment(job.exp_dir)
     return one
 

@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from nemo_resiliency_plugins.tools.report import report_experiment
 from tests.slurm.nrp_jobs import finished_hash, launcher_times, submit
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -245,8 +246,6 @@ def _restore_limit_after_requeue(local_slurm, job, timeout: float = 300) -> None
 def test_report_of_each_preempted_job(preempted, shape):
     """`nemo-resiliency report` (issue 36) on both jobs: one attempt stopped by the signal with its save, the
     requeue the guard made, the attempt that resumed from that save and finished."""
-    from nemo_resiliency_plugins.tools.report import report_experiment
-
     out = _job(preempted, shape)
     (job,) = report_experiment(out["job"].exp_dir)
     first = out["job"].attempt_logs()[0]

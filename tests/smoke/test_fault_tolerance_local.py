@@ -17,6 +17,7 @@ import pytest
 
 from nemo_resiliency_plugins import FaultTolerancePlugin
 from nemo_resiliency_plugins.testing.local_run import run_local
+from nemo_resiliency_plugins.tools.report import report_job
 from tests.helpers import assert_same_params, final_params, workload_script
 
 STEPS = 20  # the reference config's train.train_iters; checkpoint every 5 steps
@@ -181,8 +182,6 @@ def test_5711_a_finished_run_started_again_fails_exactly_where_the_known_bug_che
 
 
 def test_report_of_the_fault_free_job(baseline):
-    from nemo_resiliency_plugins.tools.report import report_job
-
     job = report_job(baseline[0].job_dir)
     assert (job.requeues, job.restarts, job.finished) == (0, 0, True)
     (row,) = job.rows
@@ -194,8 +193,6 @@ def test_report_of_the_fault_free_job(baseline):
 
 
 def test_report_of_the_kill_then_hang_job(kill_then_hang):
-    from nemo_resiliency_plugins.tools.report import report_job
-
     job = report_job(kill_then_hang[0].job_dir)
     assert (job.requeues, job.restarts, job.finished) == (0, 2, True)
     kill, hang, last = job.rows
@@ -217,8 +214,6 @@ def test_report_of_the_kill_then_hang_job(kill_then_hang):
 
 
 def test_report_of_the_partial_second_run(partial_second_run):
-    from nemo_resiliency_plugins.tools.report import report_job
-
     result, _, computed = partial_second_run
     job = report_job(result.job_dir)
     assert (job.requeues, job.restarts, job.finished) == (0, 1, True)

@@ -28,6 +28,7 @@ from nemo_resiliency_plugins import FaultTolerancePlugin
 from nemo_resiliency_plugins.inprocess_restart import InProcessRestartPlugin
 from nemo_resiliency_plugins.testing.inprocess_loop import SHORT_TIMEOUTS
 from nemo_resiliency_plugins.testing.local_run import run_local
+from nemo_resiliency_plugins.tools.report import report_job
 from tests.helpers import assert_same_params, final_params, workload_script
 
 STEPS = 20  # the reference config's train.train_iters; checkpoint every 5 steps
@@ -177,8 +178,6 @@ def test_with_fault_tolerance_a_killed_rank_falls_back_to_the_launcher(baseline,
 def test_report_of_the_raise_then_kill_job(raise_then_kill):
     """`nemo-resiliency report` (issue 36): the raise handled in-process inside cycle 0, the kill that ended it,
     ft_launcher's restart, the resume from step 15 and the finish."""
-    from nemo_resiliency_plugins.tools.report import report_job
-
     job = report_job(raise_then_kill[0].job_dir)
     assert (job.requeues, job.restarts, job.finished) == (0, 1, True)
     first, second = job.rows

@@ -16,6 +16,7 @@ import torch
 
 from nemo_resiliency_plugins import FaultTolerancePlugin, RerunStateMachinePlugin
 from nemo_resiliency_plugins.testing.local_run import run_local, workload_task
+from nemo_resiliency_plugins.tools.report import report_job
 
 STEPS = 20  # the reference config's train.train_iters; checkpoint every 5 steps
 NAN_STEP = 7
@@ -108,8 +109,6 @@ def test_with_fault_tolerance_plugin_exit_17_is_restarted_in_place_and_training_
 def test_report_of_the_nan_job_under_fault_tolerance(nan_under_ft):
     """`nemo-resiliency report` (issue 36): the NaN injected, the exit code 17 that ended the cycle, the restart,
     the resume from step 10 and the finish."""
-    from nemo_resiliency_plugins.tools.report import report_job
-
     job = report_job(nan_under_ft[0].job_dir)
     assert (job.requeues, job.restarts, job.finished) == (0, 1, True)
     nan, last = job.rows
