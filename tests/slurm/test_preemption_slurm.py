@@ -84,13 +84,16 @@ def _preempted_job(local_slurm, tmp_path: Path, name: str, **shape) -> dict:
 
 @pytest.fixture(scope="module")
 def preempted(local_slurm, tmp_path_factory) -> dict:
-    """Both jobs, run at once: under ft_launcher (FaultTolerancePlugin too) and under Megatron Bridge's launcher."""
+    """The three jobs, run at once: under ft_launcher (FaultTolerancePlugin too), under Megatron Bridge's launcher and
+    under NeMo-Run's torchrun launcher."""
     shapes = {
         "ft": dict(ft=_ft_settings()),
         # pre_cmds as upstream joins them (" ; "): a command before the training one, so bash -c cannot exec it.
         "mbridge-bash-c": dict(
             ntasks_per_node=1, launcher=dict(template=_mbridge_template(), vars={"pre_cmds": "echo nrp-pre-cmd ;"})
         ),
+        # NeMo-Run's torchrun launcher, PreemptionPlugin alone (one rank: the two-rank case is a unit test).
+        "torchrun": dict(ntasks_per_node=1, launcher="torchrun"),
     }
     with ThreadPoolExecutor(len(shapes)) as pool:
         futures = {
@@ -194,6 +197,31 @@ def test_megatron_bridge_bash_c_launcher_gets_the_signal_saves_requeues_and_resu
     print(f"\nMegatron Bridge bash -c launcher: job {job.job_id} stopped at step {stopped_at}, {out['seconds']:.0f} s")
 
 
+def test_torchrun_launcher_gets_the_signal_to_its_rank_exits_0_and_is_requeued(preempted):
+    """torchrun itself, signalled, passes the signal on and exits 1 even though its ranks saved and exited 0, and
+    NeMo-Run's plain template (retries=0) would end the job FAILED; the forwarding signals torchrun's ranks."""
+    out = _job(preempted, "torchrun")
+    job, res, save, script = out["job"], out["res"], out["save"], out["script"]
+    assert "#SBATCH --signal=B:TERM@60" in script and "torchrun" in script, script
+    assert (save / "latest_checkpointed_iteration.txt").is_file(), sorted(p.name for p in save.iterdir())
+    assert not re.search(r"^is_job_failures_limit_reached\(\)", script, re.M), script
+    logs = job.logs()
+    assert (res.state, res.exit_code) == ("COMPLETED", 0), (res.record, logs[-8000:])
+    first = job.attempt_logs()[0]
+    stopped_at = int(re.findall(r"EXIT on signal step=(\d+)", first)[0])
+    assert f"CHECKPOINT saved step={stopped_at}" in first, first[-6000:]
+    # The rank got it, not torchrun (torch names torchrun's thread pt_elastic), and torchrun ended without error.
+    sent = re.findall(r"sent SIGTERM to task pid \d+ \((\S+)\)", logs)
+    assert sent and "pt_elastic" not in sent, (sent, logs[-6000:])
+    assert "SignalException" not in first, first[-6000:]
+    assert "exited 0 after SIGTERM: preempted, requeue" in logs, logs[-4000:]
+    assert res.restarts == 1, res.record
+    second = job.attempt_logs()[1]
+    assert f"RESUMED from step {stopped_at} (iter_{stopped_at:07d}.pt)" in second, second[-6000:]
+    assert finished_hash(second)[0] == TRAIN_ITERS
+    print(f"\ntorchrun launcher: job {job.job_id} stopped at step {stopped_at}, {out['seconds']:.0f} s")
+
+
 def _record(local_slurm, job, patience_s: float = 60) -> dict:
     """The job's record; a controller too busy to answer (job_record gives ``{}``) is asked again, every 0.5 s for
     at most ``patience_s``, before the job is declared unknown."""
@@ -242,7 +270,7 @@ def _restore_limit_after_requeue(local_slurm, job, timeout: float = 300) -> None
     _scontrol_update(job, "TimeLimit=10")
 
 
-@pytest.mark.parametrize("shape", ["ft", "mbridge-bash-c"])
+@pytest.mark.parametrize("shape", ["ft", "mbridge-bash-c", "torchrun"])
 def test_report_of_each_preempted_job(preempted, shape):
     """`nemo-resiliency report` (issue 36) on both jobs: one attempt stopped by the signal with its save, the
     requeue the guard made, the attempt that resumed from that save and finished."""

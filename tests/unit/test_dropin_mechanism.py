@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import subprocess
 import sys
 import time
@@ -35,7 +36,8 @@ def on_term(signum, frame):
     sys.exit(0)
 signal.signal(signal.SIGTERM, on_term)
 import os
-pathlib.Path(sys.argv[1]).write_text(str(os.getpid()))
+# (under torchrun one file per rank: LOCAL_RANK appended)
+pathlib.Path(sys.argv[1] + os.environ.get("LOCAL_RANK", "")).write_text(str(os.getpid()))
 time.sleep(60)
 print("rank never signalled", flush=True)
 """
@@ -122,6 +124,55 @@ def test_a_process_that_is_not_a_shell_is_signalled_itself(tmp_path):
     out, _ = proc.communicate(timeout=30)
     assert f"task pid {proc.pid} (python" in done.stdout, done.stdout
     assert "rank got SIGTERM, saved" in out
+
+
+def _start_torchrun(tmp_path: Path, form: str, nproc: int) -> tuple[subprocess.Popen, list[int]]:
+    """torchrun (``--standalone``: its rendezvous on a port the OS picks) around ``nproc`` RANK processes; returns
+    once every rank is up, with the ranks' pids."""
+    (tmp_path / "rank.py").write_text(RANK)
+    bindir = Path(sys.executable).parent
+    launcher = [str(bindir / "torchrun")] if form == "torchrun" else [sys.executable, "-m", "torch.distributed.run"]
+    ready = tmp_path / "ready-"
+    proc = subprocess.Popen(
+        [*launcher, "--standalone", f"--nproc-per-node={nproc}", str(tmp_path / "rank.py"), str(ready)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    files = [Path(f"{ready}{i}") for i in range(nproc)]
+    deadline = time.monotonic() + 120  # torchrun imports torch first: seconds on a busy 2-core host
+    while not all(f.exists() and f.read_text() for f in files):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
+        time.sleep(0.05)
+    return proc, [int(f.read_text()) for f in files]
+
+
+@pytest.mark.parametrize("form", ["torchrun", "python-m-torch.distributed.run"])
+def test_under_torchrun_the_ranks_get_the_signal_and_torchrun_exits_0(tmp_path, form):
+    proc, ranks = _start_torchrun(tmp_path, form, nproc=2)
+    done = subprocess.run(
+        ["bash", "-c", _forward_block_program(f"nrp_signal_process TERM {proc.pid}")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    out, _ = proc.communicate(timeout=60)
+    assert done.returncode == 0, done.stderr
+    sent = {int(pid) for pid in re.findall(r"sent SIGTERM to task pid (\d+)", done.stdout)}
+    assert sent == set(ranks), (ranks, proc.pid, done.stdout)  # both ranks, not torchrun
+    assert out.count("rank got SIGTERM, saved") == 2, out
+    # torchrun saw its workers succeed: exit 0, which NeMo-Run's plain template requeues after the signal.
+    assert proc.returncode == 0, out
+
+
+def test_signal_to_torchrun_itself_ends_it_with_1_though_its_rank_saved(tmp_path):
+    """Why torchrun's ranks are signalled and not torchrun: it passes the signal on, the rank saves and exits 0,
+    and torchrun still exits 1 (SignalException), a failed run to NeMo-Run's plain template."""
+    proc, _ = _start_torchrun(tmp_path, "torchrun", nproc=1)
+    proc.send_signal(15)
+    out, _ = proc.communicate(timeout=60)
+    assert "rank got SIGTERM, saved" in out, out
+    assert proc.returncode == 1 and "SignalException" in out, (proc.returncode, out[-3000:])
 
 
 # ------------------------------------------------------------------------------------- 3. requeue by template

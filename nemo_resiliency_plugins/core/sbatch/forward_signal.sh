@@ -7,8 +7,11 @@
 # process (the launcher on each node, or the rank itself when there is no launcher), or, when that process is a
 # shell wrapper (a SlurmTemplate's `bash -c '...'`, an inline script), the first non-shell process under it.
 # A shell without a trap dies on SIGTERM and passes nothing on; Slurm then ends the step and kills the rank
-# before it has saved. The launcher's children (ranks, NVRx's rank monitors) are never signalled here: the
-# launcher passes the signal to its ranks and keeps the monitors up until they have saved.
+# before it has saved. ft_launcher's children (ranks, NVRx's rank monitors) are never signalled here: the
+# launcher passes the signal to its ranks and keeps the monitors up until they have saved. torchrun is the
+# exception: it passes the signal on too, but then raises SignalException and exits 1 although every rank saved
+# and exited 0, and NeMo-Run's plain template takes that for a failed run (no requeue with retries=0). So under
+# torchrun the ranks (its children) get the signal; torchrun sees its workers succeed and exits 0 itself.
 nrp_children() {  # PID: the pids of its child processes
   local nrp_kids
   if nrp_kids=$(cat /proc/"$1"/task/*/children 2>/dev/null); then
@@ -16,6 +19,17 @@ nrp_children() {  # PID: the pids of its child processes
   else
     ps -o pid= --ppid "$1" 2>/dev/null
   fi
+}
+nrp_is_torchrun() {  # PID: torch's elastic launcher (torchrun, python -m torch.distributed.run or .launch)?
+  local nrp_cmd nrp_a0 nrp_a1 nrp_a2
+  # (torch renames its thread "pt_elastic", so /proc/PID/comm cannot tell; the command line can)
+  nrp_cmd=$(tr '\0' ' ' < /proc/"$1"/cmdline 2>/dev/null) || return 1
+  read -r nrp_a0 nrp_a1 nrp_a2 _ <<< "$nrp_cmd"
+  case "${nrp_a0##*/} ${nrp_a1##*/} ${nrp_a2:-}" in
+    "torchrun "*|python*" torchrun "*|python*" -m torch.distributed.run"|python*" -m torch.distributed.launch")
+      return 0 ;;
+  esac
+  return 1
 }
 nrp_signal_process() {  # SIG PID: signal PID, or, for a shell, the first non-shell process(es) under it
   local nrp_comm nrp_child nrp_sent=1
@@ -26,6 +40,13 @@ nrp_signal_process() {  # SIG PID: signal PID, or, for a shell, the first non-sh
         nrp_signal_process "$1" "$nrp_child" && nrp_sent=0
       done
       [ "$nrp_sent" = 1 ] || return 0 ;;  # a shell between two commands: nothing under it, signal the shell
+    *)
+      if nrp_is_torchrun "$2"; then  # its ranks, not torchrun (see above); none yet: torchrun itself
+        for nrp_child in $(nrp_children "$2"); do
+          nrp_signal_process "$1" "$nrp_child" && nrp_sent=0
+        done
+        [ "$nrp_sent" = 1 ] || return 0
+      fi ;;
   esac
   kill -s "$1" "$2" && echo "nemo-resiliency-plugins: sent SIG$1 to task pid $2 ($nrp_comm) on $(hostname -s)"
 }
@@ -36,7 +57,7 @@ nrp_signal_tasks() {
     nrp_signal_process "$1" "$nrp_pid"
   done
 }
-export -f nrp_children nrp_signal_process nrp_signal_tasks
+export -f nrp_children nrp_is_torchrun nrp_signal_process nrp_signal_tasks
 NRP_SIGNALLED=0
 NRP_PREEMPTION_SIGNAL=
 nrp_forward_signal() {
