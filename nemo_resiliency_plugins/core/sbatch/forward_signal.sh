@@ -52,7 +52,9 @@ nrp_signal_process() {  # SIG PID: signal PID, or, for a shell, the first non-sh
 }
 nrp_signal_tasks() {
   local nrp_pid
-  for nrp_pid in $(scontrol listpids "$SLURM_JOB_ID" 2>/dev/null |
+  # This node's name (srun sets SLURMD_NODENAME): where several slurmd share a host (a test or front-end cluster),
+  # listpids without it asks the host's first slurmd and finds no task of a job that runs on another.
+  for nrp_pid in $(scontrol listpids "$SLURM_JOB_ID" ${SLURMD_NODENAME:+"$SLURMD_NODENAME"} 2>/dev/null |
       awk -v own="$SLURM_STEP_ID" 'NR > 1 && $3 ~ /^[0-9]+$/ && $3 != own && $4 ~ /^[0-9]+$/ {print $1}'); do
     nrp_signal_process "$1" "$nrp_pid"
   done
