@@ -21,8 +21,9 @@ NVRx 0.7.0 and Slurm 22.05 (the local cluster of ``.ci/slurm-up``):
   ``on_checkpointing_start/end`` around the save) fails with ``RankMonitorClientError: ... Broken pipe``:
   the ranks exit 1 and the preemption checkpoint is lost (seen on the local Slurm). With ``B:`` only the
   batch shell gets the signal, and the plugin's ``setup_lines`` forward it to the steps' *task* processes
-  (``ft_launcher``, ``torchrun``, or the ranks themselves without a launcher), which pass it to the ranks
-  while the monitors stay up (:func:`nemo_resiliency_plugins.core.executor_config.forward_batch_signal_to_tasks`).
+  (:func:`nemo_resiliency_plugins.core.executor_config.forward_batch_signal_to_tasks`): to ``ft_launcher``,
+  which passes it to the ranks while the monitors stay up, or to the ranks themselves, without a launcher and
+  under ``torchrun`` (which exits 1 after passing a signal on: a failed run to NeMo-Run's plain template).
 * With ``FaultTolerancePlugin`` (NeMo-Run's ft_launcher sbatch template), a run that exited 0 after the
   signal is requeued to continue, and a run that exited 0 without it is marked finished instead of being
   requeued for ever (:func:`nemo_resiliency_plugins.core.executor_config.guard_ft_requeue`). Without
@@ -49,7 +50,7 @@ Time budget. Slurm sends the signal between ``preempt_time`` and ``preempt_time 
 limit (slurmctld checks every ~30 s), and kills the job at the limit (SIGTERM, then SIGKILL after
 ``KillWait``). ``ft_launcher`` forwards the signal and waits ``--term-timeout`` (1800 s by default) before
 it SIGKILLs its ranks, so the time limit, not the launcher, bounds the save: ``preempt_time`` must cover the
-rest of the current step plus one checkpoint save. (``torchrun`` waits only 30 s: pytorch/pytorch#119856.)
+rest of the current step plus one checkpoint save. (``torchrun`` is not signalled: its ranks are.)
 """
 
 from __future__ import annotations
