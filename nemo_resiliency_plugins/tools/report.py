@@ -269,7 +269,8 @@ def parse_attempt(text: str, attempt: int = 0, log: str = "") -> AttemptReport:
         rows[cycle].detected_at = rows[cycle].detected_at or _iso(when)
     for cycle, values in ms.items():
         rows[cycle].iteration_ms = round(sum(values) / len(values), 3)
-    wall = round((last - first).total_seconds(), 3) if first and last else None
+    # Without a launcher's stamps, first and last are training_log lines: their span is not the attempt's wall time.
+    wall = round((last - first).total_seconds(), 3) if first and last and stamped else None
     cycles = [rows[k] for k in sorted(rows)]
     return AttemptReport(
         attempt=attempt,
@@ -372,9 +373,10 @@ def print_reports(console: Any, reports: list[JobReport]) -> None:
                 f"goodput {goodput:.1%} (iterations kept {counts[0]}, recomputed after faults at least {counts[1]}; "
                 "the rest of the wall time went to start-up, detection, restarts and saves)"
             )
+        wall = f"launcher wall {sum(walls):.0f} s" if len(walls) == len(job.attempts) else "launcher wall not measured"
         console.print(
             f"attempts {len(job.attempts)} (requeues {job.requeues}), in-job restarts {job.restarts}, "
-            f"launcher wall {sum(walls):.0f} s, {'finished' if job.finished else 'did not finish'}; {measured}",
+            f"{wall}, {'finished' if job.finished else 'did not finish'}; {measured}",
             markup=False,
         )
         for line in job.guard:

@@ -287,8 +287,9 @@ def test_report_of_each_preempted_job(preempted, shape):
     assert stopped.last_iteration == stopped_at and job.iterations() == (TRAIN_ITERS, 0)
     if shape == "ft":
         assert all(a.launcher_stamped for a in job.attempts) and 0 < job.goodput() < 1
-    else:  # a plain interpreter stamps nothing but its training_log lines: start-up cannot be timed, so no figure
+    else:  # a plain interpreter (and torchrun here) stamps nothing but training_log lines: no start-up, no figure
         assert not any(a.launcher_stamped for a in job.attempts) and job.goodput() is None
+        assert all(a.wall_s is None for a in job.attempts)  # a training_log span is no launcher wall time
     verdicts = ["step exited 0 after SIGTERM: preempted, requeue"]
     if shape == "ft":  # the ft_launcher template calls scontrol requeue after every run; the plain one on failure
         verdicts.append("step exited 0 without a preemption signal: finished, not requeued")

@@ -17,8 +17,11 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from nemo_resiliency_plugins import FaultTolerancePlugin, LocalCheckpointPlugin
 from nemo_resiliency_plugins.testing.local_run import run_local
+from nemo_resiliency_plugins.tools.report import report_job
 from tests.helpers import workload_script
 
 STEPS = 20
@@ -27,7 +30,10 @@ KILL_STEP = 13  # the newest persistent checkpoint is step 10, the newest local 
 CORRUPT_STEP = 17  # the newest persistent checkpoint is step 15, the newest local one (damaged on rank 1) step 17
 
 
-def test_rank_killed_after_a_local_save_resumes_from_it_and_a_damaged_one_falls_back_to_persistent(tmp_path):
+@pytest.fixture(scope="module")
+def local_ckpt_job(tmp_path_factory):
+    """The one launch: the kill after a local save, then the damaged local file."""
+    tmp_path = tmp_path_factory.mktemp("local-ckpt")
     save, local_dir = tmp_path / "ckpt", tmp_path / "node-local"
     task = workload_script(save, f"kill@{KILL_STEP},corrupt_local@{CORRUPT_STEP}", step_time="0.1", fault_step=0)
     task.args += [f"checkpoint.save_interval={PERSISTENT_INTERVAL}"]
@@ -44,7 +50,11 @@ def test_rank_killed_after_a_local_save_resumes_from_it_and_a_damaged_one_falls_
             non_persistent_local_ckpt_algo="atomic",
         ),
     ]
-    result = run_local(task, plugins, name="local-ckpt-kill")
+    return run_local(task, plugins, name="local-ckpt-kill"), local_dir
+
+
+def test_rank_killed_after_a_local_save_resumes_from_it_and_a_damaged_one_falls_back_to_persistent(local_ckpt_job):
+    result, local_dir = local_ckpt_job
     assert result.state == "SUCCEEDED", result.log[-4000:]
     resumed = [line for line in result.lines if "RESUMED from step" in line]
     assert len(resumed) == 4, resumed  # two ranks, two restarts
@@ -82,3 +92,21 @@ def test_rank_killed_after_a_local_save_resumes_from_it_and_a_damaged_one_falls_
         f"local saves: n={len(seconds)} median={median:.4f} s; steps lost to the kill: 0 (3 without them); "
         f"to the damaged file: {CORRUPT_STEP - persistent} (every restart fails without the guard)"
     )
+
+
+def test_report_of_the_local_checkpoint_job(local_ckpt_job):
+    """`nemo-resiliency report` (issue 36): the restart after the kill resumed from the local step-13 checkpoint
+    (nothing trained twice), the one after the damaged file from the persistent step 15 (16-17 twice)."""
+    result, _ = local_ckpt_job
+    job = report_job(result.job_dir)
+    assert (job.requeues, job.restarts, job.finished) == (0, 2, True)
+    kill, damaged, last = job.rows
+    assert kill.injected == [f"kill at step {KILL_STEP} on rank 1"]
+    assert (kill.detected_by, kill.detected_on_rank, kill.exit_code) == ("rank killed by signal 9", 1, -9)
+    # The column lists persistent checkpoints (the workload's CHECKPOINT saved lines), not every-step local ones.
+    assert (kill.checkpoints, kill.last_iteration, kill.resumed_from) == ([5, 10], KILL_STEP, None)
+    assert damaged.injected == [f"corrupt_local at step {CORRUPT_STEP} on rank 1"]
+    assert (damaged.resumed_from, damaged.checkpoints, damaged.last_iteration) == (KILL_STEP, [15], CORRUPT_STEP)
+    assert (damaged.detected_by, damaged.detected_on_rank) == ("rank killed by signal 9", 1)
+    assert (last.resumed_from, last.finished_step) == (15, STEPS)
+    assert job.iterations() == (STEPS, CORRUPT_STEP - 15) and 0 < job.goodput() < 1

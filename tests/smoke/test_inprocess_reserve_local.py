@@ -30,6 +30,7 @@ from nemo_resiliency_plugins import FaultTolerancePlugin
 from nemo_resiliency_plugins.inprocess_restart import InProcessRestartPlugin
 from nemo_resiliency_plugins.testing.inprocess_loop import SHORT_TIMEOUTS
 from nemo_resiliency_plugins.testing.local_run import run_local, workload_task
+from nemo_resiliency_plugins.tools.report import report_job
 from tests.helpers import assert_same_params, final_params
 
 pytestmark = pytest.mark.slow
@@ -153,3 +154,23 @@ def test_with_no_reserve_left_the_next_kill_falls_back_to_ft_launchers_restart(b
     assert len([line for line in second if f"RESUMED from step {SECOND_KILL // 5 * 5}" in line]) == 2
     assert result.grep("FINISHED step=20")
     assert_same_params(final_params(save), final_params(baseline))
+
+
+def test_report_of_the_two_kills_job(two_kills):
+    """`nemo-resiliency report` (issue 36): the first kill recovered inside the launcher's cycle (an in-process
+    restart back to the step-10 checkpoint: 11-13 trained twice), the second ending the cycle, the restart resuming
+    from step 15 (16-17 trained twice)."""
+    result, _ = two_kills
+    job = report_job(result.job_dir)
+    assert (job.requeues, job.restarts, job.finished) == (0, 1, True)
+    first, last = job.rows
+    assert first.injected == [f"kill at step {FIRST_KILL} on rank 1", f"kill at step {SECOND_KILL} on rank 1"]
+    assert (first.inprocess_restarts, first.resumed_from, first.resumed_from_first) == (1, 10, None)
+    assert first.checkpoints == [5, 10, 15] and first.finished_step is None
+    assert (first.last_iteration, first.recomputed_inside) == (SECOND_KILL, FIRST_KILL - 10)
+    # The launcher's view of the end: no reserve left, NVRx discarded the surviving rank (exit 1), and its worker
+    # is the one ft_launcher names first. The killed process sat under a rank keeper, not the launcher.
+    assert first.detected_by == "rank exited with code 1" and first.exit_code == 1, first
+    assert first.restart_s is not None and first.restart_s > 0
+    assert (last.resumed_from, last.injected, last.checkpoints, last.finished_step) == (15, [], [20], 20)
+    assert job.iterations() == (20, (FIRST_KILL - 10) + (SECOND_KILL - 15)) and 0 < job.goodput() < 1
