@@ -45,6 +45,11 @@ _SAVED = re.compile(r"CHECKPOINT saved step=(\d+)|successfully saved checkpoint 
 _FINISHED = re.compile(r"FINISHED step=(\d+)")
 _INPROCESS = re.compile(r"INPROCESS iteration=([1-9]\d*)")
 _GUARD = re.compile(r"nemo-resiliency-plugins: (.+)")  # fullmatch: one whole line
+# Megatron Bridge's straggler detection (training/nvrx_straggler.py, rank 0): NVRx's StragglerId set in its warning,
+# and the line it logs before training stops when stop_if_detected is on.
+_STRAGGLERS = re.compile(r"STRAGGLER DETECTION WARNING: Some GPUs (have worse relative|performance dropped)")
+_STRAGGLER_ID = re.compile(r"StragglerId\(rank=(\d+), node='([^']*)'\)")
+_STRAGGLER_STOP = re.compile(r"Detected stragglers\. Training should be stopped\.")
 # Megatron Bridge's training_log line (every logger.log_interval iterations, on the last rank); the reference workload
 # prints the same line.
 _ITERATION = re.compile(
@@ -92,6 +97,8 @@ class CycleRow:
     # the iteration it had reached, inside the same cycle.
     recomputed_inside: int = 0
     resumed_from_first: int | None = None  # where the cycle's workers began (resumed_from is the latest resume)
+    # Megatron Bridge's straggler reports in this cycle, "rank R on node N (relative|individual)", first seen first
+    stragglers: list[str] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -195,7 +202,11 @@ def _iso(when: dt.datetime | None) -> str | None:
 
 def parse_attempt(text: str, attempt: int = 0, log: str = "") -> AttemptReport:
     """The cycles of one launcher log (several launchers of a multi-node step may share it)."""
-    year = next((int(m.group(1)[:4]) for line in text.splitlines() if (m := _STAMP.match(line))), None)
+    # torch's lines carry no year: NVRx's lines or Megatron Bridge's training_log lines give it.
+    year = next(
+        (int(m.group(1)[:4]) for line in text.splitlines() if (m := _STAMP.match(line) or _ITERATION.search(line))),
+        None,
+    )
     rows: dict[int, CycleRow] = {0: CycleRow(attempt=attempt, cycle=0)}
     detected: dict[int, dt.datetime] = {}
     cur, first, last = 0, None, None
@@ -265,6 +276,17 @@ def parse_attempt(text: str, attempt: int = 0, log: str = "") -> AttemptReport:
             row.finished_step = int(m.group(1))
         elif m := _INPROCESS.search(line):
             row.inprocess_restarts = max(row.inprocess_restarts, int(m.group(1)))
+        elif m := _STRAGGLERS.search(line):
+            kind = "relative" if m.group(1).startswith("have") else "individual"
+            for rank, node in _STRAGGLER_ID.findall(line):
+                if (found := f"rank {rank} on node {node} ({kind})") not in row.stragglers:
+                    row.stragglers.append(found)
+        elif _STRAGGLER_STOP.search(line) and row.detected_by is None:
+            # Every rank logs it; the cycle ends with a save and exit 0. The rank: the first one rank 0 reported.
+            row.detected_by = "straggler detection (training stopped)"
+            row.detected_at = _iso(when)
+            if row.stragglers:
+                row.detected_on_rank = int(row.stragglers[0].split()[1])
     for cycle, when in detected.items():
         rows[cycle].detected_at = rows[cycle].detected_at or _iso(when)
     for cycle, values in ms.items():
@@ -360,6 +382,13 @@ def print_reports(console: Any, reports: list[JobReport]) -> None:
                 "-" if row.restart_s is None else f"{row.restart_s:.1f}",
             )
         console.print(table)
+        for row in job.rows:
+            if row.stragglers:
+                console.print(
+                    f"attempt {row.attempt} cycle {row.cycle}: stragglers reported: {', '.join(row.stragglers)}",
+                    markup=False,
+                    highlight=False,
+                )
         walls = [a.wall_s for a in job.attempts if a.wall_s is not None]
         counts, goodput = job.iterations(), job.goodput()
         if goodput is None:

@@ -17,6 +17,7 @@ import pytest
 
 from nemo_resiliency_plugins import StragglerDetectionPlugin
 from nemo_resiliency_plugins.testing.local_run import LocalRunResult, run_local, workload_task
+from nemo_resiliency_plugins.tools.report import report_job
 
 ITERS = 30
 STEP_TIME = "0.1"  # rank 0's compute part per step; rank 1's is 3x as long
@@ -86,9 +87,15 @@ def test_report_names_the_slow_rank_at_the_configured_threshold(reported, record
     assert result.grep(f"FINISHED step={ITERS}")
 
 
-def test_stop_if_detected_saves_a_checkpoint_and_exits_cleanly(tmp_path, record_property):
+@pytest.fixture(scope="module")
+def stopped(tmp_path_factory):
+    save = tmp_path_factory.mktemp("straggler-stop")
     plugin = StragglerDetectionPlugin(report_time_interval=INTERVAL, stop_if_detected=True)
-    result = run_local(script_task(tmp_path), [plugin], name="straggler-stop", launcher="torchrun")
+    return run_local(script_task(save), [plugin], name="straggler-stop", launcher="torchrun"), save
+
+
+def test_stop_if_detected_saves_a_checkpoint_and_exits_cleanly(stopped, record_property):
+    result, tmp_path = stopped
     assert result.state == "SUCCEEDED", "exit 0, as Megatron Bridge does:\n" + result.log[-4000:]
     assert result.grep(WARNING) and "StragglerId(rank=1," in result.grep(WARNING)[0]
     assert result.grep("Detected stragglers. Training should be stopped.")
@@ -104,16 +111,48 @@ def test_stop_if_detected_saves_a_checkpoint_and_exits_cleanly(tmp_path, record_
     record_property("first_report_s", first_report_s(result))
 
 
-def test_partial_task_below_the_slow_ranks_score_reports_no_straggler(tmp_path):
+@pytest.fixture(scope="module")
+def below_threshold(tmp_path_factory):
     from nemo_resiliency_plugins.testing import workload
 
-    config = workload.reference_config_buildable(str(tmp_path))
+    config = workload.reference_config_buildable(str(tmp_path_factory.mktemp("straggler-partial")))
     config.train.train_iters = ITERS
     task = run.Partial(workload.pretrain, config=config)
     plugin = StragglerDetectionPlugin(report_time_interval=INTERVAL, gpu_relative_perf_threshold=0.2)
-    result = run_local(task, [plugin], name="straggler-partial-threshold", env=SLOW, launcher="torchrun")
+    return run_local(task, [plugin], name="straggler-partial-threshold", env=SLOW, launcher="torchrun")
+
+
+def test_partial_task_below_the_slow_ranks_score_reports_no_straggler(below_threshold):
+    result = below_threshold
     assert result.state == "SUCCEEDED", result.log[-4000:]
     relative = score_blocks(result, "GPU relative performance:")
     assert relative, "reports were made:\n" + result.log[-4000:]
     assert all(0.2 <= scores[1] < 0.7 for scores in relative), relative
     assert not result.grep("STRAGGLER DETECTION WARNING"), "score above the 0.2 threshold: not a straggler"
+
+
+# `nemo-resiliency report` (issue 36) on the three jobs: the straggler Megatron Bridge reported, and the stop.
+def test_report_of_the_straggler_jobs(reported, stopped, below_threshold):
+    job = report_job(reported[0].job_dir)
+    (row,) = job.rows
+    # (an "individual" report of the same rank may join it: NVRx compares each rank with its own history too)
+    assert row.stragglers[0] == f"rank 1 on node {_node(reported[0])} (relative)", row.stragglers
+    assert all(found.startswith("rank 1 on node ") for found in row.stragglers), row.stragglers
+    assert (row.detected_by, row.finished_step, row.last_iteration) == (None, ITERS, ITERS)
+    # torchrun's own lines (torch's logging, no year: the training_log lines give it) time the attempt.
+    assert job.attempts[0].launcher_stamped and 0 < job.goodput() < 1
+
+    result, _ = stopped
+    step = int(re.search(r"step=(\d+)", result.grep("EXIT on straggler step=")[0]).group(1))
+    job = report_job(result.job_dir)
+    (row,) = job.rows
+    assert (row.detected_by, row.detected_on_rank) == ("straggler detection (training stopped)", 1)
+    assert row.checkpoints[-1] == step and row.finished_step is None and not job.finished
+    assert job.iterations() == (step, 0)
+
+    (row,) = report_job(below_threshold.job_dir).rows
+    assert row.stragglers == [] and row.detected_by is None and row.finished_step == ITERS
+
+
+def _node(result: LocalRunResult) -> str:
+    return re.search(r"StragglerId\(rank=1, node='([^']*)'\)", result.grep(WARNING)[0]).group(1)
