@@ -31,7 +31,9 @@ from typing import Any
 __all__ = ["AttemptReport", "CycleRow", "JobReport", "print_reports", "report_experiment", "report_job"]
 
 _STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) ")  # NVRx's logging lines
-_GLOG = re.compile(r"^[IWEF](\d\d)(\d\d) (\d\d:\d\d:\d\d\.\d+) ")  # torch's lines: month, day, time (no year)
+# torch's launcher (torchrun's elastic agent) logging: month, day, time, no year. Only its own modules: a rank run by a
+# plain interpreter logs torch's import warnings in the same format, after its start-up, which no launcher timed.
+_GLOG = re.compile(r"^[IWEF](\d\d)(\d\d) (\d\d:\d\d:\d\d\.\d+) +\d+ torch/distributed/(?:run|launcher/|elastic/)")
 _RESTART = re.compile(r"\brestart_count=(\d+)\b")
 _EVENT = re.compile(r"Cycle: (\d+) Event: (\w+) Node: (\S+) Rank: (\S+) Time: (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+)")
 _EXITCODE = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)")
@@ -50,6 +52,7 @@ _GUARD = re.compile(r"nemo-resiliency-plugins: (.+)")  # fullmatch: one whole li
 _STRAGGLERS = re.compile(r"STRAGGLER DETECTION WARNING: Some GPUs (have worse relative|performance dropped)")
 _STRAGGLER_ID = re.compile(r"StragglerId\(rank=(\d+), node='([^']*)'\)")
 _STRAGGLER_STOP = re.compile(r"Detected stragglers\. Training should be stopped\.")
+_STRAGGLER_STOPPED = "straggler detection (training stopped)"
 # Megatron Bridge's training_log line (every logger.log_interval iterations, on the last rank); the reference workload
 # prints the same line.
 _ITERATION = re.compile(
@@ -282,13 +285,14 @@ def parse_attempt(text: str, attempt: int = 0, log: str = "") -> AttemptReport:
                 if (found := f"rank {rank} on node {node} ({kind})") not in row.stragglers:
                     row.stragglers.append(found)
         elif _STRAGGLER_STOP.search(line) and row.detected_by is None:
-            # Every rank logs it; the cycle ends with a save and exit 0. The rank: the first one rank 0 reported.
-            row.detected_by = "straggler detection (training stopped)"
+            # Every rank logs it; the cycle ends with a save and exit 0.
+            row.detected_by = _STRAGGLER_STOPPED  # the rank: the first one rank 0 reported (after the loop)
             row.detected_at = _iso(when)
-            if row.stragglers:
-                row.detected_on_rank = int(row.stragglers[0].split()[1])
     for cycle, when in detected.items():
         rows[cycle].detected_at = rows[cycle].detected_at or _iso(when)
+    for row in rows.values():  # the ranks' stop line may come before rank 0's report in the log
+        if row.detected_by == _STRAGGLER_STOPPED and row.detected_on_rank is None and row.stragglers:
+            row.detected_on_rank = int(row.stragglers[0].split()[1])
     for cycle, values in ms.items():
         rows[cycle].iteration_ms = round(sum(values) / len(values), 3)
     # Without a launcher's stamps, first and last are training_log lines: their span is not the attempt's wall time.
