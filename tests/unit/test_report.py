@@ -17,6 +17,10 @@ launcher logs, the Slurm batch log), taken from one run of the suite on 2026-12-
   training_log line): tests/smoke/test_fault_tolerance_local.py's kill-then-hang job: rank 1 SIGKILLed at step 13,
   then, resumed from step 10, hung at step 17 (the step section timeout), resumed from step 15, finished.
 
+* ``local-straggler-stop`` and ``slurm-preempt-plain-interpreter`` (runs of commits 70d1655 and 3267d48): the
+  straggler file's stop job (torchrun, rank 1 three times slower, ``stop_if_detected``), and the preemption file's
+  Megatron Bridge ``bash -c`` job (one rank run by a plain interpreter: saved at the signal, requeued, finished).
+
 Each field the report gives is checked against what the test injected.
 """
 
@@ -160,3 +164,30 @@ def test_the_rehearsal_table_prints_every_run_and_the_verdict():
     assert "baseline (no fault)" in text and "dead rank 1" in text and "step 10" in text and "NO" in text
     assert "timeout chain" in text and "unknown (pass --save-time)" in text
     assert "FAILED:" in text and "parameters differ" in text and "logs and checkpoints: /w" in text
+
+
+def test_a_straggler_stop_and_torchruns_own_time_stamps(tmp_path):
+    (job,) = report_experiment(unpack("local-straggler-stop", tmp_path))
+    (row,) = job.rows
+    assert row.stragglers == ["rank 1 on node vm (relative)"]
+    assert (row.detected_by, row.detected_on_rank) == ("straggler detection (training stopped)", 1)
+    assert row.checkpoints == [5, 10, 15, 18] and row.finished_step is None and not job.finished
+    # torch's launcher lines have no year; the training_log lines give it, so torchrun's attempt is timed.
+    assert job.attempts[0].launcher_stamped and job.attempts[0].wall_s > 0
+    assert job.iterations() == (18, 0) and 0 < job.goodput() < 1
+
+
+def test_a_plain_interpreters_torch_warnings_do_not_time_the_attempt(tmp_path):
+    """The rank logs torch's own import warning in torch's format (``W1205 ... torch/utils/cpp_extension.py``);
+    that is no launcher's stamp: start-up before it is not seen, so neither wall time nor goodput is given."""
+    root = unpack("slurm-preempt-plain-interpreter", tmp_path)
+    assert any(
+        line.startswith("W") and "torch/utils/cpp_extension.py" in line
+        for log in root.glob("train/log-*.out")
+        for line in log.read_text().splitlines()
+    )
+    (job,) = report_experiment(root)
+    assert [(a.launcher_stamped, a.wall_s) for a in job.attempts] == [(False, None), (False, None)]
+    assert job.goodput() is None and job.iterations() == (1000, 0)
+    stopped, resumed = job.rows
+    assert (stopped.last_iteration, resumed.resumed_from, resumed.finished_step) == (404, 404, 1000)
