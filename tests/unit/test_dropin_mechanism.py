@@ -76,14 +76,15 @@ def _forward_block_program(body: str) -> str:
     return f"{slurm_script._CHAIN_HELPERS}\n{slurm_script._FORWARD}\n{body}"
 
 
+def _forward_to(pid: int) -> subprocess.CompletedProcess:
+    """The forwarding's own function, as the batch shell's srun --overlap runs it on each task's first pid."""
+    program = _forward_block_program(f"nrp_signal_process TERM {pid}")
+    return subprocess.run(["bash", "-c", program], capture_output=True, text=True, timeout=30)
+
+
 def test_forwarded_signal_reaches_the_rank_under_a_bash_c_wrapper(tmp_path):
     proc, _ = _start_wrapped_rank(tmp_path)
-    done = subprocess.run(
-        ["bash", "-c", _forward_block_program(f"nrp_signal_process TERM {proc.pid}")],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    done = _forward_to(proc.pid)
     out, _ = proc.communicate(timeout=30)
     assert done.returncode == 0, done.stderr
     # Sent to the python under the two shells, not to the task's first process (the outer bash).
@@ -115,12 +116,7 @@ def test_a_process_that_is_not_a_shell_is_signalled_itself(tmp_path):
     while not (tmp_path / "ready").exists():
         assert proc.poll() is None
         time.sleep(0.05)
-    done = subprocess.run(
-        ["bash", "-c", _forward_block_program(f"nrp_signal_process TERM {proc.pid}")],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    done = _forward_to(proc.pid)
     out, _ = proc.communicate(timeout=30)
     assert f"task pid {proc.pid} (python" in done.stdout, done.stdout
     assert "rank got SIGTERM, saved" in out
@@ -150,12 +146,7 @@ def _start_torchrun(tmp_path: Path, form: str, nproc: int) -> tuple[subprocess.P
 @pytest.mark.parametrize("form", ["torchrun", "python-m-torch.distributed.run"])
 def test_under_torchrun_the_ranks_get_the_signal_and_torchrun_exits_0(tmp_path, form):
     proc, ranks = _start_torchrun(tmp_path, form, nproc=2)
-    done = subprocess.run(
-        ["bash", "-c", _forward_block_program(f"nrp_signal_process TERM {proc.pid}")],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    done = _forward_to(proc.pid)
     out, _ = proc.communicate(timeout=60)
     assert done.returncode == 0, done.stderr
     sent = {int(pid) for pid in re.findall(r"sent SIGTERM to task pid (\d+)", done.stdout)}
