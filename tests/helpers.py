@@ -172,3 +172,26 @@ def logged(name: str, level: int = logging.WARNING) -> Iterator[LogRecords]:
         logger.removeHandler(handler)
         logger.setLevel(saved[0])
         logger.disabled = saved[1]
+
+
+# A stand-in rank for the signal-forwarding tests: saves (prints) on SIGTERM and exits 0, as Megatron Bridge's exit
+# handler does; writes its pid to argv[1] (+ LOCAL_RANK under torchrun) once its handler is set.
+RANK = """
+import signal, sys, time, pathlib
+def on_term(signum, frame):
+    print("rank got SIGTERM, saved", flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, on_term)
+import os
+pathlib.Path(sys.argv[1] + os.environ.get("LOCAL_RANK", "")).write_text(str(os.getpid()))
+time.sleep(60)
+print("rank never signalled", flush=True)
+"""
+
+
+def forward_block_program(body: str) -> str:
+    """A bash program with the preemption signal forwarding's functions (core/sbatch/forward_signal.sh, after the
+    chaining helpers it needs), then ``body``."""
+    from nemo_resiliency_plugins.core import slurm_script
+
+    return f"{slurm_script._CHAIN_HELPERS}\n{slurm_script._FORWARD}\n{body}"

@@ -139,6 +139,13 @@ class JobReport:
     def finished(self) -> bool:
         return any(row.finished_step is not None for row in self.rows)
 
+    @property
+    def wall_s(self) -> float | None:
+        """The launchers' wall time over all attempts; None when an attempt's could not be measured (its log has no
+        launcher time stamps)."""
+        walls = [a.wall_s for a in self.attempts]
+        return None if not walls or None in walls else sum(walls)
+
     def iterations(self) -> tuple[int, int] | None:
         """(kept, recomputed): the iterations the final model holds, and those trained again because a fault came
         after the last checkpoint (inside a cycle after an in-process restart, or by the next cycle or attempt,
@@ -162,13 +169,12 @@ class JobReport:
         iteration. Start-up, detection, restarts, saves outside an iteration and recomputed iterations are the
         rest. None without training_log lines, or when an attempt's log has no launcher time stamps (a plain
         interpreter: its start-up cannot be timed, and the training_log lines alone would overstate goodput)."""
-        counts = self.iterations()
-        walls = [a.wall_s for a in self.attempts if a.wall_s]
+        counts, wall = self.iterations(), self.wall_s
         known = [row.iteration_ms for row in self.rows if row.iteration_ms is not None]
-        if counts is None or not walls or not known or not all(a.launcher_stamped for a in self.attempts):
+        if counts is None or not wall or not known:
             return None
         productive_s = counts[0] * (sum(known) / len(known)) / 1000.0
-        return round(min(1.0, productive_s / sum(walls)), 4)
+        return round(min(1.0, productive_s / wall), 4)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -216,6 +222,7 @@ def parse_attempt(text: str, attempt: int = 0, log: str = "") -> AttemptReport:
     ms: dict[int, list[float]] = {}
     stamped = False
     reached: dict[int, int] = {}  # per cycle: the last iteration reported, or the checkpoint it resumed from since
+    first_straggler: dict[int, int] = {}  # per cycle: the first rank Megatron Bridge reported as a straggler
     for line in text.splitlines():
         when = _time(line, year)
         stamped = stamped or when is not None
@@ -282,6 +289,7 @@ def parse_attempt(text: str, attempt: int = 0, log: str = "") -> AttemptReport:
         elif m := _STRAGGLERS.search(line):
             kind = "relative" if m.group(1).startswith("have") else "individual"
             for rank, node in _STRAGGLER_ID.findall(line):
+                first_straggler.setdefault(cur, int(rank))
                 if (found := f"rank {rank} on node {node} ({kind})") not in row.stragglers:
                     row.stragglers.append(found)
         elif _STRAGGLER_STOP.search(line) and row.detected_by is None:
@@ -290,9 +298,9 @@ def parse_attempt(text: str, attempt: int = 0, log: str = "") -> AttemptReport:
             row.detected_at = _iso(when)
     for cycle, when in detected.items():
         rows[cycle].detected_at = rows[cycle].detected_at or _iso(when)
-    for row in rows.values():  # the ranks' stop line may come before rank 0's report in the log
-        if row.detected_by == _STRAGGLER_STOPPED and row.detected_on_rank is None and row.stragglers:
-            row.detected_on_rank = int(row.stragglers[0].split()[1])
+    for cycle, rank in first_straggler.items():  # the ranks' stop line may come before rank 0's report in the log
+        if rows[cycle].detected_by == _STRAGGLER_STOPPED:
+            rows[cycle].detected_on_rank = rank
     for cycle, values in ms.items():
         rows[cycle].iteration_ms = round(sum(values) / len(values), 3)
     # Without a launcher's stamps, first and last are training_log lines: their span is not the attempt's wall time.
@@ -393,7 +401,6 @@ def print_reports(console: Any, reports: list[JobReport]) -> None:
                     markup=False,
                     highlight=False,
                 )
-        walls = [a.wall_s for a in job.attempts if a.wall_s is not None]
         counts, goodput = job.iterations(), job.goodput()
         if goodput is None:
             measured = (
@@ -406,7 +413,7 @@ def print_reports(console: Any, reports: list[JobReport]) -> None:
                 f"goodput {goodput:.1%} (iterations kept {counts[0]}, recomputed after faults at least {counts[1]}; "
                 "the rest of the wall time went to start-up, detection, restarts and saves)"
             )
-        wall = f"launcher wall {sum(walls):.0f} s" if len(walls) == len(job.attempts) else "launcher wall not measured"
+        wall = "launcher wall not measured" if job.wall_s is None else f"launcher wall {job.wall_s:.0f} s"
         console.print(
             f"attempts {len(job.attempts)} (requeues {job.requeues}), in-job restarts {job.restarts}, "
             f"{wall}, {'finished' if job.finished else 'did not finish'}; {measured}",

@@ -15,21 +15,9 @@ import time
 
 import pytest
 
-from nemo_resiliency_plugins.core import slurm_script
+from tests.helpers import RANK, forward_block_program
 
 pytestmark = pytest.mark.slurm
-
-# A rank: saves (prints) on SIGTERM and exits 0, as Megatron Bridge's exit handler does.
-RANK = """
-import os, pathlib, signal, sys, time
-def on_term(signum, frame):
-    print("rank got SIGTERM, saved", flush=True)
-    sys.exit(0)
-signal.signal(signal.SIGTERM, on_term)
-pathlib.Path(sys.argv[1]).write_text(str(os.getpid()))
-time.sleep(120)
-print("rank never signalled", flush=True)
-"""
 
 
 def _second_node() -> str:
@@ -54,8 +42,7 @@ def test_forwarding_finds_the_tasks_of_a_job_on_another_slurmd_of_the_host(local
             assert rec.get("JobState", "PENDING") in ("PENDING", "RUNNING"), rec
             assert time.monotonic() < deadline, rec
             time.sleep(0.2)
-        program = (
-            f"{slurm_script._CHAIN_HELPERS}\n{slurm_script._FORWARD}\n"
+        program = forward_block_program(
             'echo "node=$SLURMD_NODENAME"; echo "unnamed: $(scontrol listpids "$SLURM_JOB_ID" | tail -n +2 | wc -l)"\n'
             "nrp_signal_tasks TERM\n"
         )

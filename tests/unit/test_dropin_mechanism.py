@@ -23,24 +23,10 @@ import pytest
 
 from nemo_resiliency_plugins import FaultTolerancePlugin, PreemptionPlugin, ResiliencyConfigError
 from nemo_resiliency_plugins.core import slurm_script
-from tests.helpers import add_job
+from tests.helpers import RANK, add_job, forward_block_program
 from tests.unit.test_preemption_plugin import sbatch_script, script, slurm
 
 UPSTREAM = Path(__file__).parents[1] / "fixtures" / "upstream" / "mbridge-main" / "scripts" / "performance"
-
-# A rank: saves (prints) on SIGTERM and exits 0, as Megatron Bridge's exit handler does.
-RANK = """
-import signal, sys, time, pathlib
-def on_term(signum, frame):
-    print("rank got SIGTERM, saved", flush=True)
-    sys.exit(0)
-signal.signal(signal.SIGTERM, on_term)
-import os
-# (under torchrun one file per rank: LOCAL_RANK appended)
-pathlib.Path(sys.argv[1] + os.environ.get("LOCAL_RANK", "")).write_text(str(os.getpid()))
-time.sleep(60)
-print("rank never signalled", flush=True)
-"""
 
 
 def _upstream_inline_template() -> str:
@@ -72,13 +58,9 @@ def _start_wrapped_rank(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
     return proc, ready
 
 
-def _forward_block_program(body: str) -> str:
-    return f"{slurm_script._CHAIN_HELPERS}\n{slurm_script._FORWARD}\n{body}"
-
-
 def _forward_to(pid: int) -> subprocess.CompletedProcess:
     """The forwarding's own function, as the batch shell's srun --overlap runs it on each task's first pid."""
-    program = _forward_block_program(f"nrp_signal_process TERM {pid}")
+    program = forward_block_program(f"nrp_signal_process TERM {pid}")
     return subprocess.run(["bash", "-c", program], capture_output=True, text=True, timeout=30)
 
 

@@ -31,23 +31,21 @@ nrp_is_torchrun() {  # PID: torch's elastic launcher (torchrun, python -m torch.
   esac
   return 1
 }
-nrp_signal_process() {  # SIG PID: signal PID, or, for a shell, the first non-shell process(es) under it
-  local nrp_comm nrp_child nrp_sent=1
+nrp_signal_process() {  # SIG PID: signal PID, or, for a shell or torchrun, the first process(es) under it that act
+  local nrp_comm nrp_child nrp_sent=1 nrp_under=0
   nrp_comm=$(cat /proc/"$2"/comm 2>/dev/null) || return 1
   case "$nrp_comm" in
-    bash|sh|dash|zsh|ksh|mksh|busybox)
-      for nrp_child in $(nrp_children "$2"); do
-        nrp_signal_process "$1" "$nrp_child" && nrp_sent=0
-      done
-      [ "$nrp_sent" = 1 ] || return 0 ;;  # a shell between two commands: nothing under it, signal the shell
-    *)
-      if nrp_is_torchrun "$2"; then  # its ranks, not torchrun (see above); none yet: torchrun itself
-        for nrp_child in $(nrp_children "$2"); do
-          nrp_signal_process "$1" "$nrp_child" && nrp_sent=0
-        done
-        [ "$nrp_sent" = 1 ] || return 0
-      fi ;;
+    bash|sh|dash|zsh|ksh|mksh|busybox) nrp_under=1 ;;
+    *) nrp_is_torchrun "$2" && nrp_under=1 ;;  # torchrun: its ranks, not torchrun (see above)
   esac
+  if [ "$nrp_under" = 1 ]; then
+    for nrp_child in $(nrp_children "$2"); do
+      nrp_signal_process "$1" "$nrp_child" && nrp_sent=0
+    done
+    # Something under it got the signal; nothing under it yet (a shell between two commands, torchrun before its
+    # ranks start): the process itself gets it.
+    [ "$nrp_sent" = 1 ] || return 0
+  fi
   kill -s "$1" "$2" && echo "nemo-resiliency-plugins: sent SIG$1 to task pid $2 ($nrp_comm) on $(hostname -s)"
 }
 nrp_signal_tasks() {
