@@ -4,10 +4,13 @@ the command torchx would launch)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import datetime as dt
 import fcntl
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -54,6 +57,54 @@ def assert_same_params(a: dict, b: dict) -> None:
     assert a.keys() == b.keys()
     for key in a:
         assert torch.equal(a[key], b[key]), key
+
+
+_RANK_LINE = re.compile(r"\[[a-z]+\d+\]:")  # torch's prefix for a worker's teed line: [default1]:
+_NVRX_STAMP = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) ")
+_GLOG_STAMP = re.compile(r"[IWEF](\d\d)(\d\d) (\d\d:\d\d:\d\d\.\d+) ")
+
+
+def _launcher_time(line: str, year: int) -> float | None:
+    """The launcher's own stamp of a line (NVRx's or torch's glog format, this host's local time), as Unix time."""
+    if m := _NVRX_STAMP.match(line):
+        return dt.datetime.strptime(f"{m.group(1)}.{m.group(2)}", "%Y-%m-%d %H:%M:%S.%f").timestamp()
+    if m := _GLOG_STAMP.match(line):
+        stamp = f"{year}-{m.group(1)}-{m.group(2)} {m.group(3)}"
+        return dt.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S.%f").timestamp()
+    return None
+
+
+def fault_line(result, save_dir: Path, index: int = 0) -> tuple[int, float]:
+    """(index in the job's log of the ``index``-th injected fault's FAULT_INJECTED line, the fault's Unix time as
+    the injecting rank wrote it in its marker file)."""
+    from nemo_resiliency_plugins.testing.faults import marker_name
+
+    fields = dict(re.findall(r"(\w+)=(\S+)", (Path(save_dir) / marker_name(index)).read_text()))
+    needle = f"FAULT_INJECTED kind={fields['kind']} step={fields['step']} rank={fields['rank']}"
+    return next(i for i, line in enumerate(result.lines) if needle in line), float(fields["time"])
+
+
+def before_fault(result, save_dir: Path, index: int = 0):
+    """The job's log before the ``index``-th injected fault of its chain, each writer's lines cut on its own
+    evidence. The ranks' lines reach the log through torch's tail threads, which poll each rank's file, so the
+    launcher's lines about a fault can come before the faulting rank's last lines (the project's CI of 29a0657:
+    ft_launcher's restart decision above rank 1's kill marker). Rank lines are cut at the fault's marker line;
+    the launcher's lines at the first one stamped at or after the fault's time, which the injecting rank wrote
+    with time.time() before it faulted (one host, one clock; the stamps are truncated to 1 ms, and no launcher
+    reacts to a fault within 1 ms: its monitor polls every 0.3 s or more)."""
+    rank_end, fault_time = fault_line(result, save_dir, index)
+    year = dt.datetime.fromtimestamp(fault_time).year
+    kept, launcher_done = [], False
+    for i, line in enumerate(result.lines):
+        if _RANK_LINE.match(line):
+            if i < rank_end:
+                kept.append(line)
+            continue
+        when = _launcher_time(line, year)
+        launcher_done = launcher_done or (when is not None and when >= fault_time)
+        if not launcher_done:
+            kept.append(line)  # an unstamped launcher line belongs with the stamped one above it
+    return dataclasses.replace(result, lines=kept, log="\n".join(kept))
 
 
 REPO = Path(__file__).resolve().parents[1]

@@ -221,7 +221,12 @@ def parse_attempt(text: str, attempt: int = 0, log: str = "") -> AttemptReport:
     cur, first, last = 0, None, None
     ms: dict[int, list[float]] = {}
     stamped = False
-    reached: dict[int, int] = {}  # per cycle: the last iteration reported, or the checkpoint it resumed from since
+    # Per cycle: the checkpoint a rank said it resumed from since the cycle's last training_log line. Every rank's
+    # lines reach the log through its own tail thread, so one rank's resume line may come after the last rank's
+    # first iteration after it: an in-process go-back is read from the training_log lines (one rank's, in order).
+    resumed_since: dict[int, int] = {}
+    first_iteration: dict[int, int] = {}  # per cycle: its first training_log iteration
+    went_back: set[int] = set()  # the cycles whose training_log went back (an in-process restart)
     first_straggler: dict[int, int] = {}  # per cycle: the first rank Megatron Bridge reported as a straggler
     for line in text.splitlines():
         when = _time(line, year)
@@ -232,7 +237,15 @@ def parse_attempt(text: str, attempt: int = 0, log: str = "") -> AttemptReport:
         if when:
             first, last = first or when, when
         if iteration:
-            rows[cur].last_iteration = reached[cur] = int(iteration.group(2))
+            number, before = int(iteration.group(2)), rows[cur].last_iteration
+            if before is not None and number <= before:  # an in-process restart went back to a checkpoint
+                back_to = resumed_since.get(cur)
+                back_to = back_to if back_to is not None and back_to < number else number - 1
+                rows[cur].recomputed_inside += before - back_to
+                went_back.add(cur)
+            resumed_since.pop(cur, None)
+            first_iteration.setdefault(cur, number)
+            rows[cur].last_iteration = number
             ms.setdefault(cur, []).append(float(iteration.group(3)))
             continue
         if m := _RESTART.search(line):
@@ -271,13 +284,11 @@ def parse_attempt(text: str, attempt: int = 0, log: str = "") -> AttemptReport:
         elif m := _INJECTED.search(line):
             row.injected.append(f"{m.group(1)} at step {m.group(2)} on rank {m.group(3)}")
         elif m := _RESUMED.search(line):
-            row.resumed_from = int(m.group(1) or m.group(2))
-            if row.last_iteration is None:
-                if row.resumed_from_first is None:
+            row.resumed_from = resumed_since[cur] = int(m.group(1) or m.group(2))
+            # The cycle's workers began there if no iteration before it was at or below it (a rank's late line).
+            if row.resumed_from_first is None and cur not in went_back:
+                if first_iteration.get(cur, row.resumed_from + 1) > row.resumed_from:
                     row.resumed_from_first = row.resumed_from
-            elif reached.get(cur, 0) > row.resumed_from:  # an in-process restart went back to a checkpoint
-                row.recomputed_inside += reached[cur] - row.resumed_from
-            reached[cur] = row.resumed_from  # a second rank's line for the same resume adds nothing
         elif m := _SAVED.search(line):
             step = int(m.group(1) or m.group(2))
             if step not in row.checkpoints:

@@ -18,7 +18,6 @@ What is proven:
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from pathlib import Path
 
@@ -29,7 +28,7 @@ from nemo_resiliency_plugins.inprocess_restart import InProcessRestartPlugin
 from nemo_resiliency_plugins.testing.inprocess_loop import SHORT_TIMEOUTS
 from nemo_resiliency_plugins.testing.local_run import run_local
 from nemo_resiliency_plugins.tools.report import report_job
-from tests.helpers import assert_same_params, final_params, workload_script
+from tests.helpers import assert_same_params, before_fault, final_params, workload_script
 
 STEPS = 20  # the reference config's train.train_iters; checkpoint every 5 steps
 FAULT_STEP = 13  # resume from step 10
@@ -143,17 +142,10 @@ def raise_then_kill(tmp_path_factory):
     return run_local(task(save, fault), [ft_plugin(), ipr_plugin()], name="ipr-ft-raise-kill"), save
 
 
-def until_the_kill(result):
-    """The job's log up to the SIGKILL of the raise-then-kill job: what the in-process recovery alone did."""
-    end = next(i for i, line in enumerate(result.lines) if f"FAULT_INJECTED kind=kill step={KILL_STEP}" in line)
-    lines = result.lines[:end]
-    return dataclasses.replace(result, lines=lines, log="\n".join(lines))
-
-
 def test_with_fault_tolerance_a_raise_is_handled_in_process(baseline, raise_then_kill, record_property):
     result, save = raise_then_kill
     assert result.state == "SUCCEEDED", result.log[-4000:]
-    before_kill = until_the_kill(result)
+    before_kill = before_fault(result, save, index=1)  # the kill: the second fault of the chain
     assert before_kill.grep(f"FAULT_INJECTED kind=raise step={FAULT_STEP} rank=1")
     assert not before_kill.grep("will restart worker group"), "ft_launcher restarted what in-process restart handles"
     assert_restarted_in_the_same_processes(before_kill, save, completed=False)

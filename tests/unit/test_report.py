@@ -21,6 +21,11 @@ launcher logs, the Slurm batch log), taken from one run of the suite on 2026-12-
   straggler file's stop job (torchrun, rank 1 three times slower, ``stop_if_detected``), and the preemption file's
   Megatron Bridge ``bash -c`` job (one rank run by a plain interpreter: saved at the signal, requeued, finished).
 
+* ``local-rerun-nan-ft-late-resume-line`` and ``local-ipr-ft-raise-kill-late-kill-line`` (the project CI's run of
+  commit 29a0657): the same two local jobs, where each rank's lines reached the log late through torch's tail
+  threads (they poll each rank's file): rank 0's resume line after rank 1's first iteration after it, and the
+  launcher's lines about the kill before rank 1's last lines.
+
 Each field the report gives is checked against what the test injected.
 """
 
@@ -67,6 +72,27 @@ def test_rerun_exit_code_restarted_by_the_launcher(tmp_path):
     assert first.checkpoints == [5, 10] and first.resumed_from is None
     assert (second.resumed_from, second.checkpoints, second.finished_step) == (10, [15, 20], 20)
     assert (job.requeues, job.restarts, job.finished) == (0, 1, True)
+
+
+def test_a_ranks_late_resume_line_is_not_an_in_process_go_back(tmp_path):
+    """Rank 1 printed "RESUMED from step 10" and iteration 11 before rank 0's "RESUMED from step 10" reached the
+    log: the same resume, not a second one (CI of 29a0657 counted 4 iterations trained twice instead of 3)."""
+    (job,) = report_experiment(unpack("local-rerun-nan-ft-late-resume-line", tmp_path))
+    nan, last = job.rows
+    assert (nan.last_iteration, last.resumed_from_first, last.recomputed_inside) == (13, 10, 0)
+    assert job.iterations() == (20, 3)  # 11-13 trained again after the restart
+
+
+def test_launcher_lines_before_the_killed_ranks_last_lines(tmp_path):
+    """The launcher's report of the SIGKILL and its restart decision came before rank 1's iteration 17 and its
+    kill marker: the cycle still ends with the kill, and its iterations count once."""
+    (job,) = report_experiment(unpack("local-ipr-ft-raise-kill-late-kill-line", tmp_path))
+    first, second = job.rows
+    assert (first.detected_by, first.exit_code, first.inprocess_restarts) == ("rank killed by signal 9", -9, 1)
+    assert first.injected == ["raise at step 13 on rank 1", "kill at step 17 on rank 1"]
+    # The raise at 13 went back to 10 inside the cycle (11-13 twice); the kill after 17 back to 15 (16-17 twice).
+    assert (first.last_iteration, first.recomputed_inside, second.resumed_from_first) == (17, 3, 15)
+    assert job.iterations() == (20, 5)
 
 
 def test_two_node_job_a_lost_node_then_a_frozen_node(tmp_path):
