@@ -81,7 +81,7 @@ class CycleRow:
 
     attempt: int
     cycle: int
-    started: str | None = None  # NVRx's worker_start_completed time (UTC)
+    started: str | None = None  # NVRx's worker_start_completed time (in the log's own local time, as every time here)
     resumed_from: int | None = None
     checkpoints: list[int] = dataclasses.field(default_factory=list)
     inprocess_restarts: int = 0
@@ -102,6 +102,9 @@ class CycleRow:
     resumed_from_first: int | None = None  # where the cycle's workers began (resumed_from is the latest resume)
     # Megatron Bridge's straggler reports in this cycle, "rank R on node N (relative|individual)", first seen first
     stragglers: list[str] = dataclasses.field(default_factory=list)
+    # The cycle's first and last training_log lines' times (whole seconds: Megatron Bridge's format)
+    first_iteration_at: str | None = None
+    last_iteration_at: str | None = None
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -228,6 +231,7 @@ def parse_attempt(text: str, attempt: int = 0, log: str = "") -> AttemptReport:
     first_iteration: dict[int, int] = {}  # per cycle: its first training_log iteration
     went_back: set[int] = set()  # the cycles whose training_log went back (an in-process restart)
     first_straggler: dict[int, int] = {}  # per cycle: the first rank Megatron Bridge reported as a straggler
+    utc_offset: dt.timedelta | None = None  # the launcher host's local time minus UTC
     for line in text.splitlines():
         when = _time(line, year)
         stamped = stamped or when is not None
@@ -238,6 +242,8 @@ def parse_attempt(text: str, attempt: int = 0, log: str = "") -> AttemptReport:
             first, last = first or when, when
         if iteration:
             number, before = int(iteration.group(2)), rows[cur].last_iteration
+            rows[cur].first_iteration_at = rows[cur].first_iteration_at or _iso(when)
+            rows[cur].last_iteration_at = _iso(when)
             if before is not None and number <= before:  # an in-process restart went back to a checkpoint
                 back_to = resumed_since.get(cur)
                 back_to = back_to if back_to is not None and back_to < number else number - 1
@@ -254,7 +260,13 @@ def parse_attempt(text: str, attempt: int = 0, log: str = "") -> AttemptReport:
             continue
         row = rows[cur]
         if m := _EVENT.search(line):
+            # NVRx stamps its events in UTC and its log lines in the host's local time: the line carrying both
+            # gives the host's offset, so that a restart time never mixes the two.
             event_time = dt.datetime.strptime(m.group(5), "%Y-%m-%d %H:%M:%S.%f")
+            if utc_offset is None and when is not None:
+                quarters = round((when - event_time).total_seconds() / 900.0)  # offsets are whole quarter hours
+                utc_offset = dt.timedelta(seconds=900 * quarters)
+            event_time += utc_offset or dt.timedelta(0)
             if m.group(2) == "worker_start_completed" and int(m.group(1)) == cur and row.started is None:
                 row.started = _iso(event_time)
                 if cur - 1 in detected:

@@ -31,14 +31,16 @@ Each field the report gives is checked against what the test injected.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import re
 import tarfile
 from pathlib import Path
 
 import pytest
 
 from nemo_resiliency_plugins.tools.cli import main
-from nemo_resiliency_plugins.tools.report import report_experiment
+from nemo_resiliency_plugins.tools.report import parse_attempt, report_experiment
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "job-logs"
 
@@ -93,6 +95,37 @@ def test_launcher_lines_before_the_killed_ranks_last_lines(tmp_path):
     # The raise at 13 went back to 10 inside the cycle (11-13 twice); the kill after 17 back to 15 (16-17 twice).
     assert (first.last_iteration, first.recomputed_inside, second.resumed_from_first) == (17, 3, 15)
     assert job.iterations() == (20, 5)
+
+
+def _shift_local_stamps(text: str, hours: int) -> str:
+    """The log as a launcher host ``hours`` east of UTC would have written it: NVRx's and torch's line stamps are
+    local time, NVRx's event times ("Time: ... UTC") stay UTC."""
+
+    def nvrx(m: re.Match) -> str:
+        when = dt.datetime.strptime(m.group(0), "%Y-%m-%d %H:%M:%S,%f") + dt.timedelta(hours=hours)
+        return when.strftime("%Y-%m-%d %H:%M:%S,%f")[:-3]
+
+    def glog(m: re.Match) -> str:
+        when = dt.datetime.strptime(f"2026{m.group(2)} {m.group(3)}", "%Y%m%d %H:%M:%S.%f") + dt.timedelta(hours=hours)
+        return m.group(1) + when.strftime("%m%d %H:%M:%S.%f")
+
+    text = re.sub(r"(?m)^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}", nvrx, text)
+    return re.sub(r"(?m)^([IWEF])(\d{4}) (\d\d:\d\d:\d\d\.\d+)", glog, text)
+
+
+def test_restart_time_of_a_launcher_host_outside_utc(tmp_path):
+    """NVRx stamps its cycle events in UTC and its log lines in local time: on a host at UTC+8 the restart time
+    (failure seen -> the next cycle's workers started) is the same as at UTC, not 8 hours off."""
+    (log,) = unpack("local-ipr-ft-raise-kill", tmp_path).glob("**/combined.log")
+    text = log.read_text()
+    at_utc = parse_attempt(text).cycles
+    east = _shift_local_stamps(text, 8)
+    assert east != text and "Time: " + at_utc[1].started[:10] in east  # the event times themselves are unchanged
+    shifted = parse_attempt(east).cycles
+    assert 0 < shifted[0].restart_s == at_utc[0].restart_s < 60
+    # Every time the report gives is the log's own local time.
+    started = dt.datetime.fromisoformat(shifted[1].started) - dt.datetime.fromisoformat(at_utc[1].started)
+    assert started == dt.timedelta(hours=8)
 
 
 def test_two_node_job_a_lost_node_then_a_frozen_node(tmp_path):
