@@ -382,15 +382,36 @@ def doctor(
 def report(
     experiment: str = typer.Argument(..., help="A saved experiment (or one job's folder in it) of a job that ran."),
     json_out: bool = typer.Option(False, "--json"),
+    timeline: str = typer.Option(None, "--timeline", help="Write a PNG timeline of every cycle (needs matplotlib)."),
 ) -> None:
     """What happened to a job that ran: per Slurm attempt and launcher cycle, what ended it and what it cost."""
     from nemo_resiliency_plugins.tools.report import print_reports, report_experiment
 
+    _png_option("--timeline", timeline)
     reports = report_experiment(os.path.expanduser(experiment))
+    png = None
+    if timeline is not None:
+        from nemo_resiliency_plugins.tools.report_timeline import write_report_timeline
+
+        png = write_report_timeline(reports, timeline)
     if json_out:
-        _emit_json([r.to_json() for r in reports])
-    else:
-        print_reports(console, reports)
+        _emit_json([r.to_json() | {"timeline": png} for r in reports])
+        return
+    print_reports(console, reports)
+    if png:
+        console.print(f"timeline: {png}", markup=False, highlight=False)
+
+
+def _png_option(option: str, path: str | None) -> None:
+    """A PNG file option (``--plot``, ``--timeline``): a .png name in a directory that exists, and matplotlib to
+    write it, all checked before any work."""
+    if path is None:
+        return
+    if not path.endswith(".png"):
+        raise UsageError(f"{option} {path!r}: expected a file name ending in .png")
+    if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+        raise UsageError(f"{option} {path!r}: its directory does not exist")
+    require_plotting(option)
 
 
 def _looks_like_path(target: str) -> bool:
@@ -451,8 +472,7 @@ def rehearse(
     _positive("--ranks", ranks, integer=True)
     _positive("--step-time", step_time)
     _positive("--save-time", save_time)
-    if timeline:
-        require_plotting("--timeline")
+    _png_option("--timeline", timeline)
     require_training_stack("rehearse")  # the arguments first (exit 2), then what this machine lacks (exit 3)
     from nemo_resiliency_plugins.errors import ResiliencyConfigError
     from nemo_resiliency_plugins.tools.rehearse import rehearse as do_rehearse
@@ -548,12 +568,7 @@ def plan(
         raise UsageError("--failure-rate and --failure-profile: give one of them")
     if failure_profile is not None and failure_profile not in PROFILES:
         raise UsageError(f"--failure-profile {failure_profile!r}: expected one of {', '.join(PROFILES)}")
-    if plot is not None and not plot.endswith(".png"):
-        raise UsageError(f"--plot {plot!r}: expected a file name ending in .png")
-    if plot is not None and not os.path.isdir(os.path.dirname(os.path.abspath(plot))):
-        raise UsageError(f"--plot {plot!r}: its directory does not exist")
-    if plot is not None:
-        require_plotting("--plot")  # before the simulation, not after it
+    _png_option("--plot", plot)  # before the simulation, not after it
     failures = parse_failure_rate(failure_rate) if failure_rate is not None else PROFILES[failure_profile or "llama3"]()
     params = RunParams(
         gpus=gpus,

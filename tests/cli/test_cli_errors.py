@@ -64,6 +64,9 @@ BAD = [
     (["report", "/nonexistent/experiment"], "/nonexistent/experiment"),
     (["report", "/"], "'/'"),
     (["report", "/", "--bogus"], "--bogus"),
+    (["report", "/", "--timeline", "t.svg"], "--timeline 't.svg'"),
+    (["report", "/", "--timeline", "/nonexistent/dir/t.png"], "--timeline"),
+    (["rehearse", "local-smoke", "--timeline", "t.svg"], "--timeline 't.svg'"),
 ]
 
 

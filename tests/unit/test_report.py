@@ -41,6 +41,7 @@ import pytest
 
 from nemo_resiliency_plugins.tools.cli import main
 from nemo_resiliency_plugins.tools.report import parse_attempt, report_experiment
+from nemo_resiliency_plugins.tools.report_timeline import cycle_phases
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "job-logs"
 
@@ -171,6 +172,30 @@ def test_goodput_and_the_iterations_trained_twice(tmp_path, capsys):
     assert "goodput 3.7% (iterations kept 20, recomputed after faults at least 5;" in " ".join(
         capsys.readouterr().out.split()
     )
+
+
+def test_the_timeline_draws_each_cycles_phases_from_the_logs(tmp_path, capsys):
+    """``report --timeline``: a PNG, and each phase drawn is a span the logs give (kill-then-hang job)."""
+    root = unpack("local-ft-kill-then-hang", tmp_path)
+    png = tmp_path / "timeline.png"
+    with pytest.raises(SystemExit) as done:
+        main(["report", str(root), "--timeline", str(png)])
+    assert done.value.code == 0 and f"timeline: {png}" in capsys.readouterr().out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    (job,) = report_experiment(root)
+    (attempt,) = job.attempts
+    kill, hang, last = (dict((n, (b - a).total_seconds()) for n, a, b in cycle_phases(attempt, i)) for i in range(3))
+    assert list(kill) == list(hang) == ["start-up", "training", "until detected", "restart"]
+    assert list(last) == ["start-up", "training", "after training"]
+    # restart: NVRx's own detection -> workers-started span, to the millisecond
+    assert (kill["restart"], hang["restart"]) == (job.rows[0].restart_s, job.rows[1].restart_s)
+    # The hang: from the last training_log line (whole seconds, so up to 1 s early) to the timeout that caught it,
+    # which NVRx fired once the step section had been open for open_s (the section opened one 0.15 s step after
+    # that line's iteration at the earliest).
+    assert hang["until detected"] - 1 <= job.rows[1].open_s <= hang["until detected"] + 0.15
+    with pytest.raises(SystemExit) as done:
+        main(["report", str(root), "--json", "--timeline", str(png)])
+    assert json.loads(capsys.readouterr().out)[0]["timeline"] == str(png)
 
 
 def test_the_command_prints_the_table_and_json(tmp_path, capsys):
