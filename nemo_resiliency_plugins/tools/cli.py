@@ -383,21 +383,40 @@ def report(
     experiment: str = typer.Argument(..., help="A saved experiment (or one job's folder in it) of a job that ran."),
     json_out: bool = typer.Option(False, "--json"),
     timeline: str = typer.Option(None, "--timeline", help="Write a PNG timeline of every cycle (needs matplotlib)."),
+    restart_time: float = typer.Option(
+        None, "--restart-time", help="plan's restart figure for the comparison (plan's --restart-time)."
+    ),
 ) -> None:
-    """What happened to a job that ran: per Slurm attempt and launcher cycle, what ended it and what it cost."""
+    """What happened to a job that ran: per Slurm attempt and launcher cycle, what ended it and what it cost, and
+    each fault next to what plan's model says it costs."""
     from nemo_resiliency_plugins.tools.report import print_reports, report_experiment
+    from nemo_resiliency_plugins.tools.report_plan import compare, print_vs_plan, saved_plugins
 
     _png_option("--timeline", timeline)
+    _positive("--restart-time", restart_time)
     reports = report_experiment(os.path.expanduser(experiment))
     png = None
     if timeline is not None:
         from nemo_resiliency_plugins.tools.report_timeline import write_report_timeline
 
         png = write_report_timeline(reports, timeline)
+    with _quiet():  # loading the saved experiment: NeMo-Run's and the plugins' own log lines are not the report
+        plugins = [saved_plugins(job.job_dir) for job in reports]
+    vs_plan = [
+        None if p is None else compare(job, p, restart_s=restart_time) for job, p in zip(reports, plugins, strict=True)
+    ]
     if json_out:
-        _emit_json([r.to_json() | {"timeline": png} for r in reports])
+        _emit_json(
+            [
+                job.to_json()
+                | {"timeline": png, "vs_plan": None if rows is None else [dataclasses.asdict(r) for r in rows]}
+                for job, rows in zip(reports, vs_plan, strict=True)
+            ]
+        )
         return
-    print_reports(console, reports)
+    for job, rows in zip(reports, vs_plan, strict=True):
+        print_reports(console, [job])
+        print_vs_plan(console, rows, restart_given=restart_time is not None)
     if png:
         console.print(f"timeline: {png}", markup=False, highlight=False)
 

@@ -26,6 +26,10 @@ launcher logs, the Slurm batch log), taken from one run of the suite on 2026-12-
   threads (they poll each rank's file): rank 0's resume line after rank 1's first iteration after it, and the
   launcher's lines about the kill before rank 1's last lines.
 
+* ``experiment-ft-kill-then-hang`` (the project CI's run of commit 29a0657): the kill-then-hang job as NeMo-Run saved
+  its whole experiment (``$NEMORUN_HOME/experiments/<title>/<id>`` with ``_CONFIG`` and ``_TASKS``), so that the
+  report reads the job's plugins for the comparison with ``plan``.
+
 Each field the report gives is checked against what the test injected.
 """
 
@@ -41,6 +45,7 @@ import pytest
 
 from nemo_resiliency_plugins.tools.cli import main
 from nemo_resiliency_plugins.tools.report import parse_attempt, report_experiment
+from nemo_resiliency_plugins.tools.report_plan import compare, saved_plugins
 from nemo_resiliency_plugins.tools.report_timeline import cycle_phases
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "job-logs"
@@ -196,6 +201,48 @@ def test_the_timeline_draws_each_cycles_phases_from_the_logs(tmp_path, capsys):
     with pytest.raises(SystemExit) as done:
         main(["report", str(root), "--json", "--timeline", str(png)])
     assert json.loads(capsys.readouterr().out)[0]["timeline"] == str(png)
+
+
+def test_each_fault_next_to_what_plans_model_says_it_costs(tmp_path, capsys):
+    """The kill and the hang of the local-smoke recipe's job (step timeout 5 s, checks every 1 s, calc_ft_timeouts):
+    plan's three parts of each fault's cost for the plugins NeMo-Run saved, and the same parts measured here."""
+    root = unpack("experiment-ft-kill-then-hang", tmp_path)
+    (exp,) = (root / "experiments" / "ft-kill-hang").iterdir()  # <NEMORUN_HOME>/experiments/<title>/<id>
+    (job,) = report_experiment(exp)
+    (ft,) = saved_plugins(job.job_dir)
+    assert (type(ft).__name__, ft.section_timeouts["step"], ft.workload_check_interval) == (
+        "FaultTolerancePlugin",
+        5,
+        1,
+    )
+    kill, hang = compare(job, [ft])
+    step_s = sum(r.iteration_ms for r in job.rows) / len(job.rows) / 1000
+    # plan: a dead rank is seen within a check interval (half on average); a hang at the step timeout, which plan
+    # reads as NVRx's computed one under calc_ft_timeouts (5 x the step time) plus half a check interval; a restart
+    # at plan's default 300 s; half the save interval (5 iterations) redone.
+    assert (kill.fault_class, kill.detect_plan_s) == ("dead_process", 0.5)
+    assert (hang.fault_class, hang.detect_plan_s) == ("hang", round(5 * step_s + 0.5, 3))
+    assert kill.restart_plan_s == hang.restart_plan_s == 300.0
+    assert kill.redo_plan_s == hang.redo_plan_s == round(2.5 * step_s, 3)
+    # measured: the hang's from the last training_log line (whole seconds) to the timeout, NVRx's open_s after it
+    first, second, last = job.rows
+    assert second.open_s <= hang.detect_measured_s <= second.open_s + 1 + step_s
+    assert kill.restart_measured_s == round(
+        (
+            dt.datetime.fromisoformat(second.first_iteration_at) - dt.datetime.fromisoformat(first.detected_at)
+        ).total_seconds(),
+        3,
+    )
+    # 11-13 after the kill (resumed from 10), 16-17 after the hang (resumed from 15)
+    assert (kill.redo_measured_s, hang.redo_measured_s) == (round(3 * step_s, 3), round(2 * step_s, 3))
+    with pytest.raises(SystemExit) as done:
+        main(["report", str(exp), "--json", "--restart-time", "60"])
+    (data,) = json.loads(capsys.readouterr().out)
+    assert done.value.code == 0 and [r["restart_plan_s"] for r in data["vs_plan"]] == [60.0, 60.0]
+    with pytest.raises(SystemExit) as done:
+        main(["report", str(exp)])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "plan's restart is its stated default (300 s)" in out and "plan --restart-time" in out
 
 
 def test_the_command_prints_the_table_and_json(tmp_path, capsys):
