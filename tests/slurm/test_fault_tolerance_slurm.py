@@ -40,7 +40,7 @@ import pytest
 
 from nemo_resiliency_plugins.tools.report import report_experiment
 from tests.slurm.nrp_jobs import finished_hash, launcher_times, nemo_run_state, submit
-from tests.slurm_fixture import REQUEUE_RELEASE_DELAY
+from tests.slurm_fixture import REQUEUE_RELEASE_DELAY, TERMINAL_STATES
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -301,7 +301,7 @@ def test_successful_ft_job_requeue_trap(local_slurm, tmp_path, guard):
             first = hold_seen.setdefault(restarts, time.monotonic())
             if time.monotonic() - first >= REQUEUE_RELEASE_DELAY:
                 subprocess.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now"], capture_output=True)
-        if rec.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED") or restarts >= 2:
+        if rec.get("JobState") in TERMINAL_STATES or restarts >= 2:
             break
         assert time.monotonic() < deadline, rec
         time.sleep(0.5)
