@@ -161,6 +161,7 @@ from megatron.bridge.training.config import ConfigContainer, runtime_config_upda
 from megatron.bridge.training.initialize import init_rerun_state  # noqa: E402
 from megatron.bridge.training.losses import masked_next_token_loss  # noqa: E402
 from megatron.bridge.training.state import GlobalState  # noqa: E402
+from megatron.bridge.training.utils.log_utils import barrier_and_log  # noqa: E402
 from megatron.core.rerun_state_machine import (  # noqa: E402
     RerunDataIterator,
     destroy_rerun_state_machine,
@@ -520,6 +521,7 @@ def _train_once(cfg: ConfigContainer, state: GlobalState, restart_store: Any = N
             if cfg.train.exit_signal_handler and any(state.signal_handler.signals_received()):
                 if trainer.save_dir:
                     trainer.save_checkpoint()
+                barrier_and_log("exiting program after receiving SIGTERM.")  # Megatron Bridge's own line, rank 0
                 _log(f"EXIT on signal step={state.train_state.step}")
                 exited_on_signal = True
                 break

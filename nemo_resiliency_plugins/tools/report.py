@@ -53,6 +53,9 @@ _STRAGGLERS = re.compile(r"STRAGGLER DETECTION WARNING: Some GPUs (have worse re
 _STRAGGLER_ID = re.compile(r"StragglerId\(rank=(\d+), node='([^']*)'\)")
 _STRAGGLER_STOP = re.compile(r"Detected stragglers\. Training should be stopped\.")
 _STRAGGLER_STOPPED = "straggler detection (training stopped)"
+# Megatron Bridge's exit handler after the save at a signal (training/train.py, barrier_and_log on rank 0)
+_SIGNAL_EXIT = re.compile(r"\[exiting program after receiving SIGTERM\.\] datetime: (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
+SIGNAL_EXITED = "SIGTERM to the ranks (saved, exited)"
 # Megatron Bridge's training_log line (every logger.log_interval iterations, on the last rank); the reference workload
 # prints the same line.
 _ITERATION = re.compile(
@@ -315,6 +318,9 @@ def parse_attempt(text: str, attempt: int = 0, log: str = "") -> AttemptReport:
                 first_straggler.setdefault(cur, int(rank))
                 if (found := f"rank {rank} on node {node} ({kind})") not in row.stragglers:
                     row.stragglers.append(found)
+        elif (m := _SIGNAL_EXIT.search(line)) and row.detected_by is None:
+            row.detected_by = SIGNAL_EXITED
+            row.detected_at = _iso(dt.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S"))
         elif _STRAGGLER_STOP.search(line) and row.detected_by is None:
             # Every rank logs it; the cycle ends with a save and exit 0.
             row.detected_by = _STRAGGLER_STOPPED  # the rank: the first one rank 0 reported (after the loop)

@@ -3,8 +3,9 @@
 measured time per iteration, and what it cost here.
 
 Plan prices a fault in three parts: detection (half a check interval for a dead rank, the step section timeout plus
-half a check interval for a hang, one step for a NaN the re-run check catches), the restart to training again
-(``--restart-time``, 300 s unless given, plus the checkpoint load) and the training redone (half a save interval).
+half a check interval for a hang, one step for a NaN the re-run check catches, the save for a handled SIGTERM), the
+restart to training again (``--restart-time``, 300 s unless given, plus the checkpoint load; a requeue's wait on top
+for a preemption) and the training redone (half a save interval; none after a handled SIGTERM).
 The same three parts are measured from the logs here:
 
 * detection: the cycle's last training_log line to the detection that ended it (the fault came after that line;
@@ -22,6 +23,8 @@ import dataclasses
 import datetime as dt
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from nemo_resiliency_plugins.tools.report import SIGNAL_EXITED
 
 if TYPE_CHECKING:
     from nemo_resiliency_plugins.tools.report import CycleRow, JobReport
@@ -50,6 +53,8 @@ def fault_class(row: CycleRow, rerun_check: bool) -> str | None:
     detected = row.detected_by or ""
     if rerun_check and row.exit_code in RERUN_EXIT_CODES:
         return "silent_corruption"
+    if detected == SIGNAL_EXITED:
+        return "preemption"
     if detected.startswith(("rank killed", "rank exited")):
         return "dead_process"
     if "timeout" in detected:
