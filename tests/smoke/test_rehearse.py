@@ -18,7 +18,8 @@ from nemo_resiliency_plugins import FaultTolerancePlugin, PreemptionPlugin
 from nemo_resiliency_plugins.recipes import get_recipe
 from nemo_resiliency_plugins.testing.pytest_plugin import assert_rehearsal_ok, rehearsal  # noqa: F401
 from nemo_resiliency_plugins.tools.rehearse import FAULT_STEP, SAVE_INTERVAL, TARGET_STEP_TIMEOUT_S, rehearse
-from nemo_resiliency_plugins.tools.rehearse.adapt import POLL_S
+from nemo_resiliency_plugins.tools.rehearse.adapt import POLL_S, STEPS
+from nemo_resiliency_plugins.tools.report import report_job
 
 TEE_POLL_S = 0.1  # torchx.schedulers.streams.Tee sleeps this long when no stream has new bytes
 
@@ -66,6 +67,26 @@ def test_good_recipe_recovers_from_kill_and_hang_with_nothing_lost(good, record_
         assert fault.recover_s >= fault.detect_s
     assert not [link for link in good.chain if link["verdict"] == "FAIL"]
     assert any("calc_ft_timeouts" in line for line in good.not_exercised)
+
+
+def test_report_of_each_rehearsal_run(good):
+    """`nemo-resiliency report` (issue 36) on the rehearsal's own runs (NeMo-Run experiments under its workdir): the
+    baseline's one cycle to the end; each fault's cycle ended by what the rehearsal saw detect it, then the resume
+    from the checkpoint before the fault and the finish."""
+    (base,) = report_job(good.baseline.job_dir).rows
+    assert (base.injected, base.detected_by, base.finished_step) == ([], None, STEPS)
+    kill, hang = good.faults
+    for fault, ended_by in ((kill, "rank killed by signal 9"), (hang, "section 'step' timeout")):
+        job = report_job(fault.run.job_dir)
+        assert (job.restarts, job.finished) == (1, True), fault.fault
+        faulty, resumed = job.rows
+        assert faulty.injected == [f"{fault.fault} at step {FAULT_STEP} on rank 1"]  # the last of 2 ranks
+        assert faulty.detected_by.startswith(ended_by), faulty.detected_by
+        assert (resumed.resumed_from, resumed.finished_step) == (RESUME_STEP, STEPS)
+        assert job.iterations() == (STEPS, FAULT_STEP - RESUME_STEP)  # a fault at step N strikes after iteration N
+    # NVRx's own figure, as the rehearsal read it and as the report reads it
+    open_s = float(re.search(r"open ([0-9.]+) s", hang.detected_by).group(1))
+    assert report_job(hang.run.job_dir).rows[0].open_s == open_s
 
 
 def test_heartbeat_timeouts_on_a_section_workload_kill_the_healthy_baseline(tmp_path):
