@@ -60,18 +60,6 @@ def assert_same_params(a: dict, b: dict) -> None:
 
 
 _RANK_LINE = re.compile(r"\[[a-z]+\d+\]:")  # torch's prefix for a worker's teed line: [default1]:
-_NVRX_STAMP = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) ")
-_GLOG_STAMP = re.compile(r"[IWEF](\d\d)(\d\d) (\d\d:\d\d:\d\d\.\d+) ")
-
-
-def _launcher_time(line: str, year: int) -> float | None:
-    """The launcher's own stamp of a line (NVRx's or torch's glog format, this host's local time), as Unix time."""
-    if m := _NVRX_STAMP.match(line):
-        return dt.datetime.strptime(f"{m.group(1)}.{m.group(2)}", "%Y-%m-%d %H:%M:%S.%f").timestamp()
-    if m := _GLOG_STAMP.match(line):
-        stamp = f"{year}-{m.group(1)}-{m.group(2)} {m.group(3)}"
-        return dt.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S.%f").timestamp()
-    return None
 
 
 def fault_line(result, save_dir: Path, index: int = 0) -> tuple[int, float]:
@@ -92,6 +80,8 @@ def before_fault(result, save_dir: Path, index: int = 0):
     the launcher's lines at the first one stamped at or after the fault's time, which the injecting rank wrote
     with time.time() before it faulted (one host, one clock; the stamps are truncated to 1 ms, and no launcher
     reacts to a fault within 1 ms: its monitor polls every 0.3 s or more)."""
+    from nemo_resiliency_plugins.tools.report import launcher_stamp
+
     rank_end, fault_time = fault_line(result, save_dir, index)
     year = dt.datetime.fromtimestamp(fault_time).year
     kept, launcher_done = [], False
@@ -100,8 +90,8 @@ def before_fault(result, save_dir: Path, index: int = 0):
             if i < rank_end:
                 kept.append(line)
             continue
-        when = _launcher_time(line, year)
-        launcher_done = launcher_done or (when is not None and when >= fault_time)
+        when = launcher_stamp(line, year)  # report's reading of NVRx's and torch's launcher stamps (local time)
+        launcher_done = launcher_done or (when is not None and when.timestamp() >= fault_time)
         if not launcher_done:
             kept.append(line)  # an unstamped launcher line belongs with the stamped one above it
     return dataclasses.replace(result, lines=kept, log="\n".join(kept))

@@ -203,7 +203,8 @@ _GOODPUT_NOTE = (
 )
 
 
-def _time(line: str, year: int | None) -> dt.datetime | None:
+def launcher_stamp(line: str, year: int | None) -> dt.datetime | None:
+    """A launcher line's own time stamp (NVRx's, or torch's launcher modules' given ``year``), local time."""
     if m := _STAMP.match(line):
         return dt.datetime.strptime(f"{m.group(1)}.{m.group(2)}", "%Y-%m-%d %H:%M:%S.%f")
     if (m := _GLOG.match(line)) and year is not None:
@@ -236,7 +237,7 @@ def parse_attempt(text: str, attempt: int = 0, log: str = "") -> AttemptReport:
     first_straggler: dict[int, int] = {}  # per cycle: the first rank Megatron Bridge reported as a straggler
     utc_offset: dt.timedelta | None = None  # the launcher host's local time minus UTC
     for line in text.splitlines():
-        when = _time(line, year)
+        when = launcher_stamp(line, year)
         stamped = stamped or when is not None
         iteration = _ITERATION.search(line)
         if iteration:
