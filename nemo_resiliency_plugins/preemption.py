@@ -9,8 +9,9 @@ plugin logs that ``preempt_time`` has no effect, and where the executor exposes 
 SIGKILL grace period (Kubeflow's ``terminationGracePeriodSeconds``, 30 s by default; Docker's stop timeout)
 it warns when ``ft_state.json`` says one step plus one save takes longer. In a container whose first process
 is NeMo-Run's bash launch script (which drops the platform's SIGTERM), it puts this package's container entry
-in front of it where the executor has a route (Docker: :mod:`nemo_resiliency_plugins.core.container_entry`),
-and warns (``PreemptionSignalWarning``) where it has none yet (DGX Cloud, Lepton, Kubeflow).
+in front of it (:mod:`nemo_resiliency_plugins.core.container_entry`: Docker, DGX Cloud, Lepton, Kubeflow with a
+PVC), and would warn (``PreemptionSignalWarning``) on an executor with no route to do so (none of NeMo-Run
+0.11.1's).
 
 What it does differently, each point measured or checked against Megatron Bridge 0.6.2, NeMo-Run 0.11.1,
 NVRx 0.7.0 and Slurm 22.05 (the local cluster of ``.ci/slurm-up``):
@@ -241,7 +242,7 @@ class PreemptionPlugin(KnownKeywords, run.Plugin):
             )
             self._warn_if_grace_too_short(task, executor, checkpoint_dir)
             if self.enable_exit_handler:
-                # Docker (and every container executor with a route): the entry passes SIGTERM to ft_launcher.
+                # Every container executor whose first process is the launch script: the entry passes SIGTERM on.
                 entry = container_entry.install_container_entry(executor, plugin=name)
                 if entry is not None:
                     logger.info(

@@ -166,9 +166,9 @@ RECIPES: dict[str, Recipe] = {
             notes=(
                 "preempt_time has no effect off Slurm; the pod's SIGTERM -> SIGKILL grace period bounds the save "
                 "(Kubeflow: pod_spec_overrides={'terminationGracePeriodSeconds': N}).",
-                "The pod's SIGTERM goes to the container's first process, NeMo-Run's bash launch script, which drops "
-                "it (PreemptionSignalWarning): add a preStop hook running 'pkill -TERM -f ft_launcher' so the save "
-                "happens.",
+                "The pod's SIGTERM goes to the container's first process: PreemptionPlugin puts this package's "
+                "container entry there (DGX Cloud: custom_spec command/args; Lepton: the first pre-launch command; "
+                "Kubeflow with workdir_pvc: container_kwargs['command']), which passes it to ft_launcher.",
                 "Lepton: one node only (NeMo-Run 0.11.1 renders a multi-node ft_launcher with bash's PID as the "
                 "node rank).",
             ),

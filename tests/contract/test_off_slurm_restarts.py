@@ -1,23 +1,30 @@
 """Off Slurm (issue 35), dry runs through NeMo-Run 0.11.1: where job retries are refused and why, and what the
-container entry does to a DockerExecutor job (the real Docker proof is tests/docker/test_off_slurm_docker.py).
+container entry does to a DockerExecutor, DGXCloudExecutor and LeptonExecutor job (the real Docker proof is
+tests/docker/test_off_slurm_docker.py; the entry as each platform's first process, signalled in a real container:
+tests/docker/test_container_entry_routes.py).
 SkyPilot and Kubeflow, which need the overlay environment, are in test_off_slurm_sky_kubeflow.py."""
 
 from __future__ import annotations
 
+import base64
 import logging
 import os
 import re
+import shlex
+import warnings
 from pathlib import Path
 
 import pytest
 
 from nemo_resiliency_plugins import FaultTolerancePlugin, PreemptionPlugin, ResiliencyConfigError
-from nemo_resiliency_plugins.core.container_entry import ENTRY_FILE, entry_source
+from nemo_resiliency_plugins.core.container_entry import ENTRY_FILE, INTERPRETER, entry_source
+from nemo_resiliency_plugins.core.entry_command import BOOTSTRAP, ENTRY_ACTIVE_ENV
 from nemo_resiliency_plugins.core.executors import for_executor
 from nemo_resiliency_plugins.preemption import PreemptionSignalWarning
 from tests.contract.executor_jobs import render
 from tests.contract.test_executors_ft import dgxcloud, docker, lepton
 from tests.helpers import logged
+from tests.runai_standin import runai_standin
 
 
 def _entry(job) -> tuple[list[str], str]:
@@ -55,10 +62,64 @@ def test_no_entry_without_a_save_on_the_signal(plugins):
     assert not any("/nemo_resiliency/" in v for v in job.executor.volumes)
 
 
-@pytest.mark.parametrize(("make", "label"), [(dgxcloud, "DGXCloudExecutor"), (lepton, "LeptonExecutor")])
-def test_container_executors_without_a_route_still_say_the_signal_is_lost(make, label):
-    with pytest.warns(PreemptionSignalWarning, match=rf"{label}.*no route yet.*pkill -TERM -f ft_launcher"):
-        render(make(), [PreemptionPlugin()])
+def _quiet_render(make, plugins, **kw):
+    """Render with PreemptionSignalWarning as an error: with a route, the signal is never reported lost."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PreemptionSignalWarning)
+        return render(make(**kw), plugins)
+
+
+def _entry_words(words: list[str]) -> list[str]:
+    """The launch command after ``python3 -c BOOTSTRAP <entry>``, checking the entry is this package's."""
+    assert words[:3] == [INTERPRETER, "-c", BOOTSTRAP], words[:3]
+    assert base64.b64decode(words[3]).decode() == entry_source()
+    return words[4:]
+
+
+def test_preemption_on_dgx_cloud_makes_the_entry_the_workloads_command():
+    """NeMo-Run's own launch() against a stand-in of the Run:ai API (tests/runai_standin.py): the workload it
+    posts runs ``sh -c '<exec the entry> /bin/bash <pvc_job_dir>/launch_script.sh'``, the form of NeMo-Run's own
+    data mover, and the launch script it wrote on the way is the one the entry starts."""
+    plugins = [FaultTolerancePlugin(num_job_retries_on_failure=0), PreemptionPlugin()]
+    job = _quiet_render(dgxcloud, plugins)
+    executor = job.executor
+    with runai_standin() as (url, posted):
+        executor.base_url, executor.launched_from_cluster = url, True  # no data mover: nothing to copy to
+        executor.launch("train", ["ft_launcher", "--nnodes=2", "train.py"])
+    ((workload,),) = [posted]
+    spec = workload["body"]["spec"]
+    assert spec["command"] == "sh -c"
+    (script,) = shlex.split(spec["args"])  # one single-quoted word, as the data mover's args
+    words = shlex.split(script)
+    assert words[0] == "exec"
+    launch = f"{executor.pvc_job_dir}/launch_script.sh"
+    assert _entry_words(words[1:]) == ["/bin/bash", launch]
+    assert (Path(executor.job_dir) / "launch_script.sh").is_file()  # NeMo-Run wrote the script the entry starts
+    # Listed twice, the plugins leave one command; a command of the user's own is refused, not overwritten.
+    twice = render(dgxcloud(), [*plugins, PreemptionPlugin()]).executor
+    ours = job.executor.custom_spec["args"]
+    assert twice.custom_spec["args"] == ours.replace(executor.pvc_job_dir, twice.pvc_job_dir)
+    with pytest.raises(ResiliencyConfigError, match=r"custom_spec\['command'\] = 'python train.py'.*replaces"):
+        render(dgxcloud(custom_spec={"command": "python train.py"}), plugins)
+
+
+def test_preemption_on_lepton_puts_the_entry_first_in_the_launch_script(tmp_path):
+    """The first pre-launch command of NeMo-Run's launch_script.sh (written by the real LeptonExecutor.launch,
+    which then stops at copying data to Lepton: there is none here) replaces the script's bash with the entry,
+    which runs the same script again; the user's own pre-launch commands follow it."""
+    job = _quiet_render(lepton, [PreemptionPlugin()], pre_launch_commands=["echo users-own"])
+    executor = job.executor
+    with pytest.raises(Exception):  # noqa: B017,PT011 - whatever the Lepton client raises without a workspace
+        executor.launch("train", ["ft_launcher", "train.py"])
+    lines = (Path(executor.job_dir) / "launch_script.sh").read_text().strip().splitlines()
+    guard, users = lines[0], lines[1]
+    assert users == "echo users-own"
+    test, _, command = guard.partition(" || ")
+    assert test == f'[ -n "${{{ENTRY_ACTIVE_ENV}:-}}" ]'
+    words = shlex.split(command)
+    assert words[:2] == [f"{ENTRY_ACTIVE_ENV}=1", "exec"]
+    assert _entry_words(words[2:]) == ["/bin/bash", "$0"]
+    assert render(lepton(), [PreemptionPlugin(), PreemptionPlugin()]).executor.pre_launch_commands == [guard]
 
 
 @pytest.mark.parametrize(

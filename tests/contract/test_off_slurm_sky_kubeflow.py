@@ -104,6 +104,39 @@ def test_the_runtime_rule_the_docs_give_is_a_valid_kubernetes_pod_failure_policy
     assert rule.on_exit_codes.operator == "In" and rule.on_exit_codes.values == [nvrx_launcher.NO_RESTART_EXIT_CODE]
 
 
-def test_kubeflow_preemption_still_warns_that_the_signal_is_lost(kube_home):  # noqa: F811
-    with pytest.warns(PreemptionSignalWarning, match=r"KubeflowExecutor.*no route yet"):
-        render(kubeflow(), [FaultTolerancePlugin(num_job_retries_on_failure=0), PreemptionPlugin()])
+def test_kubeflow_preemption_makes_the_entry_the_trainers_command(kube_home):  # noqa: F811
+    """With a PVC the pod runs NeMo-Run's launch.sh through bash (the scheduler's dry run wrote it and gives the
+    command); the TrainJob's trainer command becomes the entry with that command as its arguments, and it is a
+    valid Kubernetes container command (the client's V1Container model)."""
+    import base64
+    import warnings
+
+    from kubernetes.client import ApiClient
+
+    from nemo_resiliency_plugins.core.container_entry import INTERPRETER, entry_source
+    from nemo_resiliency_plugins.core.entry_command import BOOTSTRAP
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PreemptionSignalWarning)
+        job = render(kubeflow(), [FaultTolerancePlugin(num_job_retries_on_failure=0), PreemptionPlugin()])
+    executor = job.executor
+    assert job.request.cmd == ["/bin/bash", f"{executor.code_dir}/launch.sh"]
+    body = executor.get_job_body("train-abc123", job.request.cmd)
+    command = body["spec"]["trainer"]["command"]
+    assert command[:3] == [INTERPRETER, "-c", BOOTSTRAP]
+    assert base64.b64decode(command[3]).decode() == entry_source()
+    assert command[4:] == job.request.cmd
+    container = ApiClient()._ApiClient__deserialize({"name": "node", "command": command}, "V1Container")
+    assert container.command == command
+    with pytest.raises(ResiliencyConfigError, match=r"container_kwargs\['command'\].*replaces NeMo-Run's launch"):
+        render(kubeflow(container_kwargs={"command": ["python", "train.py"]}), [PreemptionPlugin()])
+
+
+def test_kubeflow_without_a_pvc_needs_no_entry(kube_home):  # noqa: F811
+    """Without a PVC the command runs in exec form: it is the container's first process and gets SIGTERM."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PreemptionSignalWarning)
+        job = render(kubeflow(pvc=None), [PreemptionPlugin()])
+    assert "command" not in job.executor.container_kwargs

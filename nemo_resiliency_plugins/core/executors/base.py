@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 import yaml
 from nemo_run.core.execution.launcher import FaultTolerance
 
+from nemo_resiliency_plugins.core.entry_command import SHELL_WORD
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
 
 
@@ -163,12 +164,47 @@ class ExecutorRules:
             detail=f"internal: {self.label} has no route for a file of this package; use its launcher config route",
         )
 
-    def install_entry(self, command: list[str], *, plugin: str) -> None:
-        """Make ``command`` (interpreter + the shipped entry) the container's first process, with NeMo-Run's
-        launch command as its arguments. Only executors with ``entry_route`` implement it."""
+    def install_entry(self, *, plugin: str) -> str:
+        """Make the container entry the container's first process, with NeMo-Run's launch command as its
+        arguments; return where it runs from (for the log). Only executors with ``entry_route`` implement it.
+        Idempotent: a second call leaves the settings as the first made them."""
         raise ResiliencyConfigError(
             plugin, "executor", self.label, detail=f"internal: {self.label} has no route for the container entry"
         )
+
+    def set_command_once(self, settings: dict[str, Any], key: str, value: Any, field: str, *, plugin: str) -> None:
+        """Set the platform's container command ``settings[key]`` to ``value`` unless the user set another.
+
+        A command of the user's there replaces NeMo-Run's launch script on this platform (the job would not run
+        what NeMo-Run built), so the entry cannot go in front of it: refused by name rather than overwritten.
+        """
+        current = settings.get(key)
+        if current is not None and current != value:
+            raise ResiliencyConfigError(
+                plugin,
+                field,
+                current,
+                detail=(
+                    f"a container command of your own replaces NeMo-Run's launch script on {self.label}, and the "
+                    "container entry that passes the platform's SIGTERM to the ranks goes in front of that script; "
+                    "leave it unset (put set-up steps in the image or the task)"
+                ),
+            )
+        settings[key] = value
+
+    def entry_launch_path(self, directory: str, name: str, field: str, *, plugin: str) -> str:
+        """``<directory>/<name>``, NeMo-Run's launch script on the job's storage, as one shell word; refused by
+        ``field`` when the directory is not assigned yet or holds a character a shell line would split on."""
+        path = f"{directory.rstrip('/')}/{name}"
+        if not path.startswith("/") or not directory or SHELL_WORD.fullmatch(path) is None:
+            raise ResiliencyConfigError(
+                plugin,
+                field,
+                directory,
+                "an absolute path of letters, digits and _ . / + @ % -",
+                detail=f"the container entry starts NeMo-Run's launch script there in a shell line ({path!r})",
+            )
+        return path
 
     def configs_dir(self) -> str:
         """Where the job sees NeMo-Run's ``<job_dir>/configs`` (route of :class:`FaultToleranceWithSections`)."""

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 from typing import ClassVar
 
+from nemo_resiliency_plugins.core.entry_command import entry_shell
 from nemo_resiliency_plugins.core.executors.base import ExecutorRules
 
 
@@ -22,6 +23,11 @@ class DGXCloudRules(ExecutorRules):
     * ``GROUP_RANK``: the template exports it per node (from the host name) after the env vars, so the
       plugin leaves it alone.
     * Retries: only exported as ``TORCHX_MAX_RETRIES``; nothing resubmits a failed workload.
+    * First process: the workload's ``command`` is ``/bin/bash <pvc_job_dir>/launch_script.sh``
+      (``create_training_job``), and ``custom_spec`` is merged into the spec after it, so a ``command`` and
+      ``args`` there replace it. The entry route uses the form NeMo-Run's own data mover sends Run:ai
+      (``"command": "sh -c"`` with the script single-quoted in ``args``): ``sh`` execs the entry, which runs
+      NeMo-Run's launch script as its child.
     """
 
     label: ClassVar[str] = "DGXCloudExecutor"
@@ -36,6 +42,7 @@ class DGXCloudRules(ExecutorRules):
         "checkpoint. In-job restarts (num_in_job_restarts) still apply"
     )
     pid1_launch_script: ClassVar[bool] = True
+    entry_route: ClassVar[bool] = True
     preemption_note: ClassVar[str] = (
         "Run:ai stops a pod with SIGTERM and SIGKILLs it after Kubernetes' terminationGracePeriodSeconds "
         "(30 s by default; custom_spec={'terminationGracePeriodSeconds': N} sets it)"
@@ -52,6 +59,16 @@ class DGXCloudRules(ExecutorRules):
             "executor.custom_spec['terminationGracePeriodSeconds']",
             plugin=plugin,
         )
+
+    def install_entry(self, *, plugin: str) -> str:
+        launch = self.entry_launch_path(
+            self.executor.pvc_job_dir, "launch_script.sh", "executor.pvc_nemo_run_dir", plugin=plugin
+        )
+        line = entry_shell(f"/bin/bash {launch}")
+        spec = self.executor.custom_spec
+        self.set_command_once(spec, "command", "sh -c", "executor.custom_spec['command']", plugin=plugin)
+        self.set_command_once(spec, "args", f"'{line}'", "executor.custom_spec['args']", plugin=plugin)
+        return "the workload's command (executor.custom_spec['command'] and ['args'])"
 
     def configs_dir(self) -> str:
         return os.path.join(self.executor.pvc_job_dir, "configs")

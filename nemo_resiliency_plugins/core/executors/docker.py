@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
+from nemo_resiliency_plugins.core.entry_command import INTERPRETER, entry_source
 from nemo_resiliency_plugins.core.executors.base import ExecutorRules
 from nemo_resiliency_plugins.core.executors.local import store_here
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
@@ -105,7 +106,14 @@ class DockerRules(ExecutorRules):
             self.executor.volumes.append(volume)
         return inside
 
-    def install_entry(self, command: list[str], *, plugin: str) -> None:
+    def install_entry(self, *, plugin: str) -> str:
+        """docker-py's ``entrypoint``: ``python3 /nemo_resiliency/container_entry.py``, the file bind-mounted
+        read-only from this machine (:meth:`deliver_file`); NeMo-Run's ``bash -c ...`` becomes its arguments."""
+        path = self.deliver_file(ENTRY_FILE, entry_source(), plugin=plugin)
+        self._set_entrypoint([INTERPRETER, path], plugin=plugin)
+        return path
+
+    def _set_entrypoint(self, command: list[str], *, plugin: str) -> None:
         kwargs = self.executor.additional_kwargs
         current = kwargs.get("entrypoint")
         if current is None:
@@ -128,5 +136,7 @@ class DockerRules(ExecutorRules):
 
 #: Where files of this package appear in the container.
 CONTAINER_DIR = "/nemo_resiliency"
+#: The name the container entry is shipped under.
+ENTRY_FILE = "container_entry.py"
 #: A host path usable in a ``<host>:<container>:ro`` volume spec (full match).
 _VOLUME_PATH = re.compile(r"/[^:,\n]*")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from nemo_resiliency_plugins.core.entry_command import entry_argv
 from nemo_resiliency_plugins.core.executors.base import ExecutorRules
 from nemo_resiliency_plugins.core.nvrx_launcher import NO_RESTART_EXIT_CODE
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
@@ -33,6 +34,11 @@ class KubeflowRules(ExecutorRules):
     * Retries: not read (``restart_policy`` is never used either). NeMo-Run submits a Kubeflow Trainer v2
       TrainJob, which has no retry or exit-code field: those live in the ClusterTrainingRuntime (JobSet
       failurePolicy, the trainer Job's backoffLimit and podFailurePolicy). Refused, naming the rule to put there.
+    * First process: with ``workdir_pvc``, ``/bin/bash <code_dir>/launch.sh`` (NeMo-Run's Kubeflow scheduler
+      writes that command, ``materialize_launch_script`` the script); ``get_job_body`` merges
+      ``container_kwargs`` into the trainer after it, so the entry route sets ``container_kwargs['command']``
+      to the entry with that command as its arguments. Without a PVC the command itself runs in exec form
+      and gets the signal.
     * Preemption: a pod gets SIGTERM and SIGKILL after ``terminationGracePeriodSeconds`` (30 s by default;
       ``pod_spec_overrides={"terminationGracePeriodSeconds": N}`` sets it).
     """
@@ -52,7 +58,7 @@ class KubeflowRules(ExecutorRules):
         "backoffLimit and podFailurePolicy), not the TrainJob NeMo-Run submits; a podFailurePolicy rule "
         "{action: FailJob, onExitCodes: {operator: In, values: [93]}} keeps a crash loop from being retried"
     )
-    pid1_launch_script: ClassVar[bool] = True
+    entry_route: ClassVar[bool] = True
     preemption_note: ClassVar[str] = (
         "a pod gets SIGTERM, then SIGKILL after terminationGracePeriodSeconds (Kubernetes default 30 s; "
         "pod_spec_overrides={'terminationGracePeriodSeconds': N} sets it)"
@@ -66,6 +72,19 @@ class KubeflowRules(ExecutorRules):
             "executor.pod_spec_overrides['terminationGracePeriodSeconds']",
             plugin=plugin,
         )
+
+    @property
+    def pid1_launch_script(self) -> bool:  # type: ignore[override]
+        """With a PVC the container runs NeMo-Run's ``launch.sh`` through bash; without one, the command itself."""
+        return bool(self.executor.workdir_pvc)
+
+    def install_entry(self, *, plugin: str) -> str:
+        launch = self.entry_launch_path(self.executor.code_dir, "launch.sh", "executor.workdir_pvc_path", plugin=plugin)
+        command = entry_argv(["/bin/bash", launch])
+        self.set_command_once(
+            self.executor.container_kwargs, "command", command, "executor.container_kwargs['command']", plugin=plugin
+        )
+        return "the trainer's command (executor.container_kwargs['command'])"
 
     def check_fault_tolerance(self, plugin: str) -> None:
         if not self.executor.workdir_pvc:

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 from typing import ClassVar
 
+from nemo_resiliency_plugins.core.entry_command import ENTRY_ACTIVE_ENV, entry_shell
 from nemo_resiliency_plugins.core.executors.base import ExecutorRules
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
 
@@ -22,6 +23,11 @@ class LeptonRules(ExecutorRules):
       rendezvous host as ``$$${...}`` with no Lepton macro values (``ft_launcher()`` has no ``lepton``
       branch), so bash puts its own PID there and no two nodes meet.
     * Retries: ignored (the job spec's ``max_failure_retry`` / ``max_job_failure_retry`` stay None).
+    * First process: ``/bin/bash -c "bash <lepton_job_dir>/launch_script.sh"``, fixed in ``create_lepton_job``
+      (bash runs a lone command in place, so the launch script's bash is the container's init). The script's
+      first lines are ``executor.pre_launch_commands``: the entry route puts one there, first, that replaces
+      that bash with the entry, which runs the same script again as its child (a variable tells that run to
+      go on past the line).
     """
 
     label: ClassVar[str] = "LeptonExecutor"
@@ -36,6 +42,7 @@ class LeptonRules(ExecutorRules):
         "from the last checkpoint. In-job restarts (num_in_job_restarts) still apply"
     )
     pid1_launch_script: ClassVar[bool] = True
+    entry_route: ClassVar[bool] = True
     preemption_note: ClassVar[str] = (
         "a preemptible Lepton job (can_be_preempted=True) is stopped with SIGTERM, then killed after the "
         "platform's grace period"
@@ -54,6 +61,13 @@ class LeptonRules(ExecutorRules):
                     "Use one node, or torchrun without fault tolerance on several, until NeMo-Run fixes it"
                 ),
             )
+
+    def install_entry(self, *, plugin: str) -> str:
+        line = f'[ -n "${{{ENTRY_ACTIVE_ENV}:-}}" ] || {ENTRY_ACTIVE_ENV}=1 ' + entry_shell('/bin/bash "$0"')
+        commands = self.executor.pre_launch_commands
+        if line not in commands:
+            commands.insert(0, line)  # first: the user's own pre-launch commands run once, under the entry
+        return "the launch script's first pre-launch command (executor.pre_launch_commands[0])"
 
     def configs_dir(self) -> str:
         return os.path.join(self.executor.lepton_job_dir, "configs")
