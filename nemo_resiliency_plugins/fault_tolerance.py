@@ -77,7 +77,15 @@ class FaultTolerancePlugin(KnownKeywords, run.Plugin):
         section_timeouts: seconds each section may stay open (Megatron Bridge's documented values by default).
         out_of_section_timeout: seconds allowed between sections (data loading, logging, eval set-up).
         workload_check_interval: how often the rank monitor checks (adds up to this much detection latency).
-        rank_termination_signal: signal sent to a rank found hung.
+        rank_termination_signal: signal sent to a rank found hung. ``None`` (default): SIGKILL, or SIGABRT with
+            ``diagnostics``.
+        diagnostics: make a hang attributable after the fact. The ranks run with ``PYTHONFAULTHANDLER=1`` and NVRx
+            stops a hung rank with SIGABRT, so Python writes every thread's stack into the rank's log before the
+            rank ends; ``nemo-resiliency report`` reads them and names the ranks that were not in a collective
+            (in a hang inside a collective, the ones the others waited for). Off by default: SIGABRT writes a
+            core file where the node's core-size limit allows one (a training rank's memory; set ``ulimit -c 0``
+            in ``executor.setup_lines`` on Slurm nodes that keep cores). The stack dump itself costs
+            milliseconds, once, on a rank that is being stopped anyway.
         log_level: rank-monitor log level.
         max_no_progress_cycles: stop restarting after this many consecutive cycles without a new checkpoint
             (NVRx progress tracking; 0 or -1 disables it). ft_launcher then exits with NVRx's no-restart code
@@ -126,12 +134,13 @@ class FaultTolerancePlugin(KnownKeywords, run.Plugin):
     )
     out_of_section_timeout: float | None = 300.0
     workload_check_interval: float = 5.0
-    rank_termination_signal: str = "SIGKILL"
+    rank_termination_signal: str | None = None
     log_level: str = "INFO"
     max_no_progress_cycles: int = 3
     checkpoint_dir: str | None = None
     exclude_failed_nodes: bool | None = None
     silent_node_timeout: float | None = 60.0
+    diagnostics: bool = False
 
     def __post_init__(self) -> None:
         check = Checker(type(self).__name__)
@@ -158,7 +167,20 @@ class FaultTolerancePlugin(KnownKeywords, run.Plugin):
         check.timeouts_mapping("section_timeouts", self.section_timeouts)
         check.number("out_of_section_timeout", self.out_of_section_timeout, positive=True, optional=True)
         check.number("workload_check_interval", self.workload_check_interval, positive=True)
-        check.signal_name("rank_termination_signal", self.rank_termination_signal)
+        if self.rank_termination_signal is not None:
+            check.signal_name("rank_termination_signal", self.rank_termination_signal)
+        check.boolean("diagnostics", self.diagnostics)
+        signal_set = self.rank_termination_signal is not None
+        if self.diagnostics and signal_set and str(self.rank_termination_signal).upper() != "SIGABRT":
+            check.fail(
+                "rank_termination_signal",
+                self.rank_termination_signal,
+                "None or 'SIGABRT' with diagnostics=True",
+                detail=(
+                    "diagnostics has NVRx stop a hung rank with SIGABRT, which Python's faulthandler turns into a "
+                    "stack dump; another signal ends the rank without one"
+                ),
+            )
         check.log_level("log_level", self.log_level)
         check.integer("max_no_progress_cycles", self.max_no_progress_cycles, min=-1)
         check.path("checkpoint_dir", self.checkpoint_dir, optional=True)
@@ -221,7 +243,7 @@ class FaultTolerancePlugin(KnownKeywords, run.Plugin):
         heartbeats = self.workload_style == "heartbeats"
         launcher_settings: dict[str, Any] = dict(
             workload_check_interval=self.workload_check_interval,
-            rank_termination_signal=self.rank_termination_signal,
+            rank_termination_signal=self.termination_signal(),
             log_level=self.log_level,
             initial_rank_heartbeat_timeout=self.initial_rank_heartbeat_timeout if heartbeats else None,
             rank_heartbeat_timeout=self.rank_heartbeat_timeout if heartbeats else None,
@@ -273,6 +295,8 @@ class FaultTolerancePlugin(KnownKeywords, run.Plugin):
             plugin=name,
             field="num_in_job_restarts",
         )
+        if self.diagnostics:  # Python's own switch: a stack dump on SIGABRT (and SIGSEGV, SIGFPE, SIGBUS, SIGILL)
+            executor_config.set_env(task, executor, "PYTHONFAULTHANDLER", "1", plugin=name, field="diagnostics")
         # NVRx's infrastructure rank: GROUP_RANK=0 on one node, never one value shared by several.
         executor_config.set_infrastructure_rank(task, executor, plugin=name)
         executor_config.require_program(
@@ -286,6 +310,12 @@ class FaultTolerancePlugin(KnownKeywords, run.Plugin):
             ),
         )
         logger.info("%s: ft_launcher config at %s:\n%s", name, path, content)
+
+    def termination_signal(self) -> str:
+        """The signal NVRx's rank monitor sends a hung rank: the field, else SIGABRT with diagnostics, else SIGKILL."""
+        if self.rank_termination_signal is not None:
+            return self.rank_termination_signal.upper()
+        return "SIGABRT" if self.diagnostics else "SIGKILL"
 
     def _slurm_requeue_settings(self, task: Any, executor: Any) -> None:
         """What the Slurm requeue guard reads from the job's environment: NVRx's no-restart exit code (never

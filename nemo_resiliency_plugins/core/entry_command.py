@@ -14,7 +14,6 @@ build the command without importing the executor lookup that imports them.
 from __future__ import annotations
 
 import base64
-import re
 from pathlib import Path
 
 from nemo_resiliency_plugins.job import container_entry
@@ -25,8 +24,6 @@ INTERPRETER = "python3"
 #: as the entry's ``sys.argv[1:]``. No quote, ``$``, backquote or backslash: it sits in double quotes in a
 #: shell line and in single quotes around that line (DGX Cloud's ``args``).
 BOOTSTRAP = "import base64,sys;exec(base64.b64decode(sys.argv.pop(1)))"
-#: A path that can stand in a shell line as one word with no quoting.
-SHELL_WORD = re.compile(r"[A-Za-z0-9_./+@%-]+")
 #: The variable the Lepton route sets so that the launch script, run again under the entry, goes on past it.
 ENTRY_ACTIVE_ENV = "NRP_CONTAINER_ENTRY"
 

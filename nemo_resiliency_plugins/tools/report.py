@@ -28,6 +28,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from nemo_resiliency_plugins.tools.report_stacks import rank_stacks
+
 __all__ = ["AttemptReport", "CycleRow", "JobReport", "print_reports", "report_experiment", "report_job"]
 
 _STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) ")  # NVRx's logging lines
@@ -61,6 +63,10 @@ SIGNAL_EXITED = "SIGTERM to the ranks (saved, exited)"
 _ITERATION = re.compile(
     r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\] iteration\s+(\d+)/\s*\d+ \|.*?"
     r"elapsed time per iteration \(ms\): ([0-9.]+) \|"
+)
+#: A line of a rank's faulthandler dump (report_stacks.py reads them; nothing else here does).
+_DUMP_LINE = re.compile(
+    r'\[default\d+\]: ?(Fatal Python error: |(Current thread|Thread) 0x|\s+File "|Extension modules: )'
 )
 _SLURM_LOG = re.compile(r"log-.*_(\d+)\.out")  # fullmatch: one whole file name
 
@@ -108,6 +114,10 @@ class CycleRow:
     # The cycle's first and last training_log lines' times (whole seconds: Megatron Bridge's format)
     first_iteration_at: str | None = None
     last_iteration_at: str | None = None
+    # FaultTolerancePlugin(diagnostics=True): where each rank the monitor stopped was (tools/report_stacks.py), and
+    # the ranks that were not in a collective: in a hang inside a collective, the ones the others waited for.
+    stacks: list[str] = dataclasses.field(default_factory=list)
+    outside_collective: list[str] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -236,7 +246,11 @@ def parse_attempt(text: str, attempt: int = 0, log: str = "") -> AttemptReport:
     went_back: set[int] = set()  # the cycles whose training_log went back (an in-process restart)
     first_straggler: dict[int, int] = {}  # per cycle: the first rank Megatron Bridge reported as a straggler
     utc_offset: dt.timedelta | None = None  # the launcher host's local time minus UTC
+    dumps: dict[int, list[str]] = {}  # per cycle: the ranks' stack-dump lines (diagnostics=True)
     for line in text.splitlines():
+        if _DUMP_LINE.search(line):  # a rank's stderr, as the lines torch logs before the next cycle's start
+            dumps.setdefault(cur, []).append(line)
+            continue
         when = launcher_stamp(line, year)
         stamped = stamped or when is not None
         iteration = _ITERATION.search(line)
@@ -333,6 +347,10 @@ def parse_attempt(text: str, attempt: int = 0, log: str = "") -> AttemptReport:
             rows[cycle].detected_on_rank = rank
     for cycle, values in ms.items():
         rows[cycle].iteration_ms = round(sum(values) / len(values), 3)
+    for cycle, lines in dumps.items():
+        stacks = rank_stacks(lines)
+        rows[cycle].stacks = [stack.summary() for stack in stacks]
+        rows[cycle].outside_collective = [stack.label() for stack in stacks if stack.collective() is None]
     # Without a launcher's stamps, first and last are training_log lines: their span is not the attempt's wall time.
     wall = round((last - first).total_seconds(), 3) if first and last and stamped else None
     cycles = [rows[k] for k in sorted(rows)]
@@ -428,6 +446,18 @@ def print_reports(console: Any, reports: list[JobReport]) -> None:
             if row.stragglers:
                 console.print(
                     f"attempt {row.attempt} cycle {row.cycle}: stragglers reported: {', '.join(row.stragglers)}",
+                    markup=False,
+                    highlight=False,
+                )
+            if row.stacks:
+                blamed = (
+                    f"; not in a collective (the ones the others waited for): {', '.join(row.outside_collective)}"
+                    if row.outside_collective and len(row.outside_collective) < len(row.stacks)
+                    else ""
+                )
+                console.print(
+                    f"attempt {row.attempt} cycle {row.cycle}: where the stopped ranks were: "
+                    f"{'; '.join(row.stacks)}{blamed}",
                     markup=False,
                     highlight=False,
                 )

@@ -75,7 +75,9 @@ def kill_then_hang(tmp_path_factory):
     """One job, two faults in a row (restart budget 2): rank 1 killed at step 13, then, after resuming from step
     10, hung at step 17. Each recovery is asserted on its own below."""
     save = tmp_path_factory.mktemp("kill-then-hang")
-    result = run_local(script_task(save, f"kill@{FAULT_STEP},hang@{HANG_STEP}"), [plugin()], name="ft-kill-hang")
+    # diagnostics: the hung rank is stopped with SIGABRT and leaves its stack (test_report_of_the_kill_then_hang_job)
+    task = script_task(save, f"kill@{FAULT_STEP},hang@{HANG_STEP}")
+    result = run_local(task, [plugin(diagnostics=True)], name="ft-kill-hang")
     return result, save
 
 
@@ -211,6 +213,15 @@ def test_report_of_the_kill_then_hang_job(kill_then_hang):
     # the step-15 one) were trained again.
     assert (kill.last_iteration, hang.last_iteration) == (FAULT_STEP, HANG_STEP)
     assert job.iterations() == (STEPS, 3 + 2) and 0 < job.goodput() < 1
+    # diagnostics=True: the rank monitor's SIGABRT made each rank it stopped dump its stack. Rank 1 hung outside any
+    # collective (the fault's own line); rank 0, if its monitor stopped it before rank 1's end broke its all_reduce,
+    # was in that collective. The kill cycle has no dump: the fault itself SIGKILLed rank 1.
+    assert hang.outside_collective == ["rank 1"], hang.stacks
+    (hung,) = [line for line in hang.stacks if line.startswith("rank 1:")]
+    assert "not in a collective, at _inject (faults.py:" in hung, hang.stacks
+    assert all("in all_reduce" in line for line in hang.stacks if line.startswith("rank 0:")), hang.stacks
+    assert hang.exit_code == -6 or "local rank 1 killed by signal 6" in hang.exits, hang.exits  # SIGABRT
+    assert kill.stacks == [] and last.stacks == []
 
 
 def test_report_of_the_partial_second_run(partial_second_run):

@@ -79,6 +79,23 @@ def test_local_launcher_env_and_config_file():
     assert role_env["PET_FT_CFG_PATH"] == env["PET_FT_CFG_PATH"]
 
 
+def test_diagnostics_stops_a_hung_rank_with_sigabrt_and_turns_on_pythons_faulthandler():
+    job = add_job(script(), local(), [FaultTolerancePlugin(diagnostics=True)])
+    _, args, env = launch_command(job)
+    assert args[args.index("--ft-rank_termination_signal") + 1] == "SIGABRT"
+    assert "rank_termination_signal: SIGABRT" in Path(env["PET_FT_CFG_PATH"]).read_text()
+    assert env["PYTHONFAULTHANDLER"] == "1"
+    # Off (the default): SIGKILL, and the ranks' environment is left alone.
+    _, args, env = launch_command(add_job(script(), local(), [FaultTolerancePlugin()]))
+    assert args[args.index("--ft-rank_termination_signal") + 1] == "SIGKILL" and "PYTHONFAULTHANDLER" not in env
+    # A signal that would end the rank without a dump is refused; SIGABRT said twice is fine.
+    with pytest.raises(ResiliencyConfigError, match=r"rank_termination_signal = 'SIGTERM'.*stack dump"):
+        FaultTolerancePlugin(diagnostics=True, rank_termination_signal="SIGTERM")
+    assert FaultTolerancePlugin(diagnostics=True, rank_termination_signal="sigabrt").termination_signal() == "SIGABRT"
+    with pytest.raises(ResiliencyConfigError, match="PYTHONFAULTHANDLER"):  # the user's own value is not overwritten
+        add_job(script(), local(env_vars={"PYTHONFAULTHANDLER": ""}), [FaultTolerancePlugin(diagnostics=True)])
+
+
 def test_zero_restarts_really_means_zero():
     job = add_job(script(), local(), [FaultTolerancePlugin(num_in_job_restarts=0)])
     _, args, env = launch_command(job)

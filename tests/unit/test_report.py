@@ -322,3 +322,49 @@ def test_a_plain_interpreters_torch_warnings_do_not_time_the_attempt(tmp_path):
     assert job.goodput() is None and job.iterations() == (1000, 0)
     stopped, resumed = job.rows
     assert (stopped.last_iteration, resumed.resumed_from, resumed.finished_step) == (404, 404, 1000)
+
+
+# Two ranks' faulthandler dumps as torch elastic's tail threads put them in the launcher's log, taken from a real
+# gloo job here (rank 1 hung in threading.Event().wait(), rank 0 in dist.all_reduce; both sent SIGABRT with
+# PYTHONFAULTHANDLER=1), with a helper thread added to rank 0's dump and the extension list cut short.
+DUMPS = """\
+[default0]:Fatal Python error: Aborted
+[default0]:
+[default0]:Thread 0x00007f0815a00640 (most recent call first):
+[default0]:  File "/usr/lib/python3.12/threading.py", line 355 in wait
+[default0]:  File "/usr/lib/python3.12/threading.py", line 1030 in _bootstrap
+[default0]:
+[default0]:Current thread 0x00007f0815d7fb80 (most recent call first):
+[default0]:  File "/venv/lib/python3.12/site-packages/torch/distributed/distributed_c10d.py", line 3913 in all_reduce
+[default0]:  File "/venv/lib/python3.12/site-packages/torch/distributed/c10d_logger.py", line 83 in wrapper
+[default0]:  File "/work/train.py", line 9 in step
+[default0]:  File "/work/train.py", line 10 in <module>
+[default0]:
+[default0]:Extension modules: numpy._core._multiarray_umath, torch._C (total: 2)
+[default1]:Fatal Python error: Aborted
+[default1]:
+[default1]:Current thread 0x00007f289cd60b80 (most recent call first):
+[default1]:  File "/usr/lib/python3.12/threading.py", line 355 in wait
+[default1]:  File "/usr/lib/python3.12/threading.py", line 655 in wait
+[default1]:  File "/work/train.py", line 7 in step
+[default1]:  File "/work/train.py", line 10 in <module>
+[default1]:
+[default1]:Extension modules: numpy._core._multiarray_umath, torch._C (total: 2)
+"""
+
+
+def test_stack_dumps_name_the_rank_that_was_not_in_the_collective():
+    restart = "I1205 18:39:38.729000 13791 torch/distributed/elastic/agent/server/api.py:553]   restart_count=1"
+    (hang, after) = parse_attempt(DUMPS + restart + "\n").cycles
+    assert hang.stacks == [
+        "rank 0: in all_reduce, called from step (train.py:9)",
+        "rank 1: not in a collective, at step (train.py:7)",
+    ]
+    assert hang.outside_collective == ["rank 1"] and after.stacks == []
+
+
+def test_a_traceback_is_not_a_stack_dump():
+    """A rank's ordinary exception (File lines, no faulthandler header) gives no stack rows."""
+    text = '[default0]:Traceback (most recent call last):\n[default0]:  File "/work/train.py", line 3 in <module>\n'
+    (row,) = parse_attempt(text).cycles
+    assert row.stacks == [] and row.outside_collective == []

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import yaml
 from nemo_run.core.execution.launcher import FaultTolerance
 
-from nemo_resiliency_plugins.core.entry_command import SHELL_WORD
+from nemo_resiliency_plugins.core.validation import SHELL_WORD, SHELL_WORD_TEXT
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
 
 
@@ -201,7 +201,7 @@ class ExecutorRules:
                 plugin,
                 field,
                 directory,
-                "an absolute path of letters, digits and _ . / + @ % -",
+                f"an absolute path of {SHELL_WORD_TEXT}",
                 detail=f"the container entry starts NeMo-Run's launch script there in a shell line ({path!r})",
             )
         return path

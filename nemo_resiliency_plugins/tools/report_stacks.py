@@ -1,0 +1,108 @@
+"""Where each rank was when the rank monitor stopped it: the Python stack dumps of ``FaultTolerancePlugin(
+diagnostics=True)``, read from the job's own log.
+
+With diagnostics on, the ranks run with ``PYTHONFAULTHANDLER=1`` and NVRx stops a hung rank with SIGABRT instead
+of SIGKILL, so Python's faulthandler writes every thread's stack to the rank's stderr before the process ends
+("Fatal Python error: Aborted", then ``File "...", line N in func`` lines, most recent call first). In a hang
+inside a collective, the ranks waiting in it show a ``torch.distributed`` collective on their main thread and the
+rank that never entered it shows where it is instead: that rank is the one to blame, and its node the one to
+leave out. No flight recorder is needed for that (gloo records one but never dumps it on a timeout).
+
+The ranks' lines carry torch elastic's ``[default<local rank>]:`` prefix (with srun's ``<task>: `` before it on
+Slurm); each prefix is one rank's stream.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+_PREFIXED = re.compile(r"^(?P<who>(?:\d+: )?\[default(?P<local>\d+)\]:)(?P<rest>.*)$")
+_THREAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):")
+_FRAME = re.compile(r'^\s+File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
+_STDLIB = re.compile(r"/lib/python3\.\d+/(?!site-packages/|dist-packages/)")
+#: The module whose functions are torch.distributed's collectives (all_reduce, broadcast, barrier ...).
+COLLECTIVES_FILE = "torch/distributed/distributed_c10d.py"
+FATAL = "Fatal Python error: "
+
+
+@dataclasses.dataclass(frozen=True)
+class Frame:
+    path: str
+    line: int
+    func: str
+
+    def where(self) -> str:
+        return f"{self.func} ({self.path.rsplit('/', 1)[-1]}:{self.line})"
+
+
+@dataclasses.dataclass(kw_only=True)
+class RankStack:
+    """One rank's dump: its main thread's frames, most recent first."""
+
+    who: str  # the log prefix, e.g. "[default1]:" or "1: [default0]:"
+    local_rank: int
+    reason: str  # faulthandler's, e.g. "Aborted"
+    frames: list[Frame]
+
+    def collective(self) -> str | None:
+        """The torch.distributed collective the main thread was in, if any (e.g. "all_reduce")."""
+        return next((f.func for f in self.frames if f.path.endswith(COLLECTIVES_FILE)), None)
+
+    def own_frame(self) -> Frame | None:
+        """The most recent frame outside Python's standard library and torch.distributed: the program's own code."""
+        for frame in self.frames:
+            if not _STDLIB.search(frame.path) and "/torch/distributed/" not in frame.path:
+                return frame
+        return self.frames[0] if self.frames else None
+
+    def label(self) -> str:
+        """``rank N`` on one node (the local rank is the rank); ``task T local rank N`` under srun's ``-l``."""
+        task = self.who.split(":", 1)[0] if not self.who.startswith("[") else None
+        return f"task {task} local rank {self.local_rank}" if task else f"rank {self.local_rank}"
+
+    def summary(self) -> str:
+        label = self.label()
+        own = self.own_frame()
+        at = f", called from {own.where()}" if own else ""
+        if (collective := self.collective()) is not None:
+            return f"{label}: in {collective}{at}"
+        return f"{label}: not in a collective, at {own.where() if own else 'an unknown place'}"
+
+
+def rank_stacks(lines: list[str]) -> list[RankStack]:
+    """The faulthandler dumps in ``lines`` (one launcher cycle's log lines), one per rank, in the order they began."""
+    dumps: dict[str, list[tuple[str, list[Frame]]]] = {}  # who -> its threads: (faulthandler's name, frames)
+    reasons: dict[str, str] = {}
+    order: list[str] = []
+    in_dump: set[str] = set()
+    for line in lines:
+        m = _PREFIXED.match(line)
+        if m is None:
+            continue
+        who, rest = m.group("who"), m.group("rest").removeprefix(" ")
+        if rest.startswith(FATAL):
+            in_dump.add(who)
+            if who not in reasons:
+                reasons[who] = rest[len(FATAL) :].strip()
+                order.append(who)
+                dumps[who] = []
+            continue
+        if who not in in_dump:
+            continue
+        if thread := _THREAD.match(rest):
+            dumps[who].append((thread.group(1), []))
+        elif (frame := _FRAME.match(rest)) and dumps[who]:
+            dumps[who][-1][1].append(Frame(frame.group("path"), int(frame.group("line")), frame.group("func")))
+        elif rest.startswith("Extension modules:"):
+            in_dump.discard(who)
+    stacks = []
+    for who in order:
+        threads = dumps[who]
+        # The main thread is the one whose oldest frame is a module's top level (the script run as __main__).
+        main = next((frames for _, frames in threads if frames and frames[-1].func == "<module>"), None)
+        if main is None:
+            main = next((frames for name, frames in threads if name == "Current thread"), [])
+        local = int(_PREFIXED.match(who + " ").group("local"))  # type: ignore[union-attr]
+        stacks.append(RankStack(who=who, local_rank=local, reason=reasons[who], frames=main))
+    return stacks
