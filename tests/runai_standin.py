@@ -10,6 +10,7 @@ request, not the platform's answer to it. The server listens on a port the kerne
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -56,8 +57,17 @@ def runai_standin() -> Iterator[tuple[str, list[dict[str, Any]]]]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
+    # requests would send even 127.0.0.1 to a proxy named in the environment: keep the stand-in direct.
+    saved = {name: os.environ.get(name) for name in ("NO_PROXY", "no_proxy")}
+    for name, value in saved.items():
+        os.environ[name] = ",".join(v for v in (value, "127.0.0.1") if v)
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}/api/v1", posted
     finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
         server.shutdown()
         server.server_close()
