@@ -101,6 +101,11 @@ def test_preemption_on_dgx_cloud_makes_the_entry_the_workloads_command():
     assert twice.custom_spec["args"] == ours.replace(executor.pvc_job_dir, twice.pvc_job_dir)
     with pytest.raises(ResiliencyConfigError, match=r"custom_spec\['command'\] = 'python train.py'.*replaces"):
         render(dgxcloud(custom_spec={"command": "python train.py"}), plugins)
+    # The launch script's path goes into a shell line as one word: a directory bash would split is refused.
+    with pytest.raises(ResiliencyConfigError, match=r"executor\.pvc_nemo_run_dir = .*nemo run.*shell line"):
+        spaced = dgxcloud()
+        spaced.pvc_nemo_run_dir = "/pvc/nemo run"
+        render(spaced, [PreemptionPlugin()])
 
 
 def test_preemption_on_lepton_puts_the_entry_first_in_the_launch_script(tmp_path):

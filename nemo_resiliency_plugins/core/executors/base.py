@@ -172,25 +172,27 @@ class ExecutorRules:
             plugin, "executor", self.label, detail=f"internal: {self.label} has no route for the container entry"
         )
 
-    def set_command_once(self, settings: dict[str, Any], key: str, value: Any, field: str, *, plugin: str) -> None:
-        """Set the platform's container command ``settings[key]`` to ``value`` unless the user set another.
+    def set_command_once(self, settings: dict[str, Any], values: dict[str, Any], field: str, *, plugin: str) -> None:
+        """Set the platform's container command keys ``values`` in ``settings`` unless the user set others there.
 
         A command of the user's there replaces NeMo-Run's launch script on this platform (the job would not run
-        what NeMo-Run built), so the entry cannot go in front of it: refused by name rather than overwritten.
+        what NeMo-Run built), so the entry cannot go in front of it: refused by name (``field``, e.g.
+        ``executor.custom_spec``) rather than overwritten, before any key is changed.
         """
-        current = settings.get(key)
-        if current is not None and current != value:
-            raise ResiliencyConfigError(
-                plugin,
-                field,
-                current,
-                detail=(
-                    f"a container command of your own replaces NeMo-Run's launch script on {self.label}, and the "
-                    "container entry that passes the platform's SIGTERM to the ranks goes in front of that script; "
-                    "leave it unset (put set-up steps in the image or the task)"
-                ),
-            )
-        settings[key] = value
+        for key, value in values.items():
+            current = settings.get(key)
+            if current is not None and current != value:
+                raise ResiliencyConfigError(
+                    plugin,
+                    f"{field}[{key!r}]",
+                    current,
+                    detail=(
+                        f"a container command of your own replaces NeMo-Run's launch script on {self.label}, and "
+                        "the container entry that passes the platform's SIGTERM to the ranks goes in front of that "
+                        "script; leave it unset (put set-up steps in the image or the task)"
+                    ),
+                )
+        settings.update(values)
 
     def entry_launch_path(self, directory: str, name: str, field: str, *, plugin: str) -> str:
         """``<directory>/<name>``, NeMo-Run's launch script on the job's storage, as one shell word; refused by

@@ -65,9 +65,8 @@ class DGXCloudRules(ExecutorRules):
             self.executor.pvc_job_dir, "launch_script.sh", "executor.pvc_nemo_run_dir", plugin=plugin
         )
         line = entry_shell(f"/bin/bash {launch}")
-        spec = self.executor.custom_spec
-        self.set_command_once(spec, "command", "sh -c", "executor.custom_spec['command']", plugin=plugin)
-        self.set_command_once(spec, "args", f"'{line}'", "executor.custom_spec['args']", plugin=plugin)
+        ours = {"command": "sh -c", "args": f"'{line}'"}
+        self.set_command_once(self.executor.custom_spec, ours, "executor.custom_spec", plugin=plugin)
         return "the workload's command (executor.custom_spec['command'] and ['args'])"
 
     def configs_dir(self) -> str:

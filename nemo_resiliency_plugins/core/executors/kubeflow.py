@@ -82,7 +82,7 @@ class KubeflowRules(ExecutorRules):
         launch = self.entry_launch_path(self.executor.code_dir, "launch.sh", "executor.workdir_pvc_path", plugin=plugin)
         command = entry_argv(["/bin/bash", launch])
         self.set_command_once(
-            self.executor.container_kwargs, "command", command, "executor.container_kwargs['command']", plugin=plugin
+            self.executor.container_kwargs, {"command": command}, "executor.container_kwargs", plugin=plugin
         )
         return "the trainer's command (executor.container_kwargs['command'])"
 
