@@ -28,7 +28,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from nemo_resiliency_plugins.tools.report_stacks import rank_stacks
+from nemo_resiliency_plugins.tools.report_stacks import is_dump_line, rank_stacks
 
 __all__ = ["AttemptReport", "CycleRow", "JobReport", "print_reports", "report_experiment", "report_job"]
 
@@ -63,10 +63,6 @@ SIGNAL_EXITED = "SIGTERM to the ranks (saved, exited)"
 _ITERATION = re.compile(
     r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\] iteration\s+(\d+)/\s*\d+ \|.*?"
     r"elapsed time per iteration \(ms\): ([0-9.]+) \|"
-)
-#: A line of a rank's faulthandler dump (report_stacks.py reads them; nothing else here does).
-_DUMP_LINE = re.compile(
-    r'\[default\d+\]: ?(Fatal Python error: |(Current thread|Thread) 0x|\s+File "|Extension modules: )'
 )
 _SLURM_LOG = re.compile(r"log-.*_(\d+)\.out")  # fullmatch: one whole file name
 
@@ -248,7 +244,7 @@ def parse_attempt(text: str, attempt: int = 0, log: str = "") -> AttemptReport:
     utc_offset: dt.timedelta | None = None  # the launcher host's local time minus UTC
     dumps: dict[int, list[str]] = {}  # per cycle: the ranks' stack-dump lines (diagnostics=True)
     for line in text.splitlines():
-        if _DUMP_LINE.search(line):  # a rank's stderr, as the lines torch logs before the next cycle's start
+        if is_dump_line(line):  # a rank's stderr, as the lines torch logs before the next cycle's start
             dumps.setdefault(cur, []).append(line)
             continue
         when = launcher_stamp(line, year)

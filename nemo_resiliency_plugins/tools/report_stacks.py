@@ -17,7 +17,12 @@ from __future__ import annotations
 import dataclasses
 import re
 
-_PREFIXED = re.compile(r"^(?P<who>(?:\d+: )?\[default(?P<local>\d+)\]:)(?P<rest>.*)$")
+#: One rank's line (fullmatch): torch elastic's prefix, srun's task label before it on Slurm.
+_PREFIXED = re.compile(r"(?P<who>(?:\d+: )?\[default(?P<local>\d+)\]:)(?P<rest>.*)")
+#: A line that can belong to a faulthandler dump (searched): what report.py hands to :func:`rank_stacks`.
+_DUMP_LINE = re.compile(
+    r'\[default\d+\]: ?(Fatal Python error: |(Current thread|Thread) 0x|\s+File "|Extension modules: )'
+)
 _THREAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):")
 _FRAME = re.compile(r'^\s+File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
 _STDLIB = re.compile(r"/lib/python3\.\d+/(?!site-packages/|dist-packages/)")
@@ -70,14 +75,21 @@ class RankStack:
         return f"{label}: not in a collective, at {own.where() if own else 'an unknown place'}"
 
 
+def is_dump_line(line: str) -> bool:
+    """Whether ``line`` may be part of a rank's faulthandler dump (a traceback's ``File`` line also is: the dump's
+    header decides, in :func:`rank_stacks`)."""
+    return _DUMP_LINE.search(line) is not None
+
+
 def rank_stacks(lines: list[str]) -> list[RankStack]:
     """The faulthandler dumps in ``lines`` (one launcher cycle's log lines), one per rank, in the order they began."""
     dumps: dict[str, list[tuple[str, list[Frame]]]] = {}  # who -> its threads: (faulthandler's name, frames)
     reasons: dict[str, str] = {}
+    local_ranks: dict[str, int] = {}
     order: list[str] = []
     in_dump: set[str] = set()
     for line in lines:
-        m = _PREFIXED.match(line)
+        m = _PREFIXED.fullmatch(line)
         if m is None:
             continue
         who, rest = m.group("who"), m.group("rest").removeprefix(" ")
@@ -85,6 +97,7 @@ def rank_stacks(lines: list[str]) -> list[RankStack]:
             in_dump.add(who)
             if who not in reasons:
                 reasons[who] = rest[len(FATAL) :].strip()
+                local_ranks[who] = int(m.group("local"))
                 order.append(who)
                 dumps[who] = []
             continue
@@ -103,6 +116,5 @@ def rank_stacks(lines: list[str]) -> list[RankStack]:
         main = next((frames for _, frames in threads if frames and frames[-1].func == "<module>"), None)
         if main is None:
             main = next((frames for name, frames in threads if name == "Current thread"), [])
-        local = int(_PREFIXED.match(who + " ").group("local"))  # type: ignore[union-attr]
-        stacks.append(RankStack(who=who, local_rank=local, reason=reasons[who], frames=main))
+        stacks.append(RankStack(who=who, local_rank=local_ranks[who], reason=reasons[who], frames=main))
     return stacks
