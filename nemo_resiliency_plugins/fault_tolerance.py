@@ -82,10 +82,14 @@ class FaultTolerancePlugin(KnownKeywords, run.Plugin):
         diagnostics: make a hang attributable after the fact. The ranks run with ``PYTHONFAULTHANDLER=1`` and NVRx
             stops a hung rank with SIGABRT, so Python writes every thread's stack into the rank's log before the
             rank ends; ``nemo-resiliency report`` reads them and names the ranks that were not in a collective
-            (in a hang inside a collective, the ones the others waited for). Off by default: SIGABRT writes a
-            core file where the node's core-size limit allows one (a training rank's memory; set ``ulimit -c 0``
-            in ``executor.setup_lines`` on Slurm nodes that keep cores). The stack dump itself costs
-            milliseconds, once, on a rank that is being stopped anyway.
+            (in a hang inside a collective, the ones the others waited for). PyTorch's collective flight
+            recorder keeps each rank's last collectives and, when an NCCL collective outlives the process
+            group's timeout, writes them to ``<job dir>/flight_recorder_rank_<rank>``; ``report`` names the
+            ranks that never entered the collective the others waited in (:mod:`core.diagnostics`). Off by
+            default: SIGABRT writes a core file where the node's core-size limit allows one (a training rank's
+            memory; set ``ulimit -c 0`` in ``executor.setup_lines`` on Slurm nodes that keep cores).
+            The stack dump itself costs milliseconds, once, on a rank that is being stopped anyway; the
+            recorder's cost per collective is measured in ``benchmarks/results/gpu/flight-recorder``.
         log_level: rank-monitor log level.
         max_no_progress_cycles: stop restarting after this many consecutive cycles without a new checkpoint
             (NVRx progress tracking; 0 or -1 disables it). ft_launcher then exits with NVRx's no-restart code
@@ -295,8 +299,8 @@ class FaultTolerancePlugin(KnownKeywords, run.Plugin):
             plugin=name,
             field="num_in_job_restarts",
         )
-        if self.diagnostics:  # Python's own switch: a stack dump on SIGABRT (and SIGSEGV, SIGFPE, SIGBUS, SIGILL)
-            executor_config.set_env(task, executor, "PYTHONFAULTHANDLER", "1", plugin=name, field="diagnostics")
+        if self.diagnostics:  # stack dumps on SIGABRT, the collective flight recorder (core/diagnostics.py)
+            executor_config.set_diagnostics_env(task, executor, plugin=name, field="diagnostics")
         # NVRx's infrastructure rank: GROUP_RANK=0 on one node, never one value shared by several.
         executor_config.set_infrastructure_rank(task, executor, plugin=name)
         executor_config.require_program(

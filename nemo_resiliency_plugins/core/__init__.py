@@ -11,4 +11,5 @@ written here is the same rule for every plugin (and for ``doctor``/``explain``, 
 * :mod:`.slurm_script` -- the blocks this package adds to an sbatch script
 * :mod:`.nvrx_launcher` -- NVRx's ``ft_launcher`` settings and its YAML
 * :mod:`.known_bugs` -- upstream bugs detected from the installed code
+* :mod:`.diagnostics` -- what makes a hang attributable afterwards (stack dumps, the collective flight recorder)
 """

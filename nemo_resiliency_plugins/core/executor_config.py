@@ -375,6 +375,36 @@ def check_fault_tolerance(executor: Any, *, plugin: str) -> None:
         logger.info("%s: %s", plugin, rules.state_note)
 
 
+def job_dir_in_job(executor: Any, *, plugin: str) -> str | None:
+    """Where the job's processes see NeMo-Run's job directory, or None where the executor gives them none."""
+    return for_executor(executor, plugin=plugin).job_dir_in_job()
+
+
+def set_diagnostics_env(task: Any, executor: Any, *, plugin: str, field: str) -> dict[str, str]:
+    """Give the ranks what makes a hang attributable (:mod:`.diagnostics`); return what the job will see.
+
+    ``PYTHONFAULTHANDLER`` and the dump-on-timeout switch are required (a user value that turns them off is refused
+    by :func:`set_env`). The flight recorder's buffer size and dump path are the user's where the user set them:
+    a bigger buffer is theirs to choose, and a dump path of theirs is kept and logged (``report`` then does not
+    find the dumps in the job directory)."""
+    from nemo_resiliency_plugins.core import diagnostics
+
+    job_dir = job_dir_in_job(executor, plugin=plugin)
+    wanted = diagnostics.diagnostics_env(job_dir)
+    logger.info("%s: %s", plugin, diagnostics.flight_recorder_note(job_dir))
+    seen: dict[str, str] = {}
+    for name, value in wanted.items():
+        user = get_env(task, executor, name)
+        keep_user = name in diagnostics.BUFFER_VARS or name in diagnostics.DUMP_FILE_VARS
+        if user is not None and keep_user and user != value:
+            logger.info("%s: %s=%s kept (the user's; %s would set %s)", plugin, name, user, field, value)
+            seen[name] = user
+            continue
+        set_env(task, executor, name, value, plugin=plugin, field=field)
+        seen[name] = value
+    return seen
+
+
 def platform_stop(executor: Any, *, plugin: str) -> tuple[float | None, str]:
     """How the platform stops this executor's job: (SIGTERM -> SIGKILL grace in seconds if the executor says,
     a sentence for the user). For plugins whose mechanism depends on that signal (preemption)."""

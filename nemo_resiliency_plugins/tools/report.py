@@ -11,6 +11,8 @@ What it reads, and from where (nothing else, no server):
 * the attempts' launcher logs: NeMo-Run's Slurm ``log-<job>_<SLURM_RESTART_COUNT>.out`` (one per attempt), a
   LocalExecutor job's ``combined.log``, a DockerExecutor job's ``log_<container>.out``;
 * the requeue guard's own lines (``nemo-resiliency-plugins: ...``) in the Slurm batch log ``sbatch_*.out``.
+* with ``FaultTolerancePlugin(diagnostics=True)``: the ranks' stack dumps in those logs (:mod:`.report_stacks`) and
+  PyTorch's flight-recorder dumps in the job directory (:mod:`.report_flight`).
 
 Which rank a detection names is the rank whose monitor fired: for a hang inside a collective that is a rank
 *blocked* by the hung one, not necessarily the hung one (the report says "detected on", not "fault on").
@@ -28,6 +30,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from nemo_resiliency_plugins.tools.report_flight import flight_report
 from nemo_resiliency_plugins.tools.report_stacks import is_dump_line, rank_stacks
 
 __all__ = ["AttemptReport", "CycleRow", "JobReport", "print_reports", "report_experiment", "report_job"]
@@ -134,6 +137,10 @@ class JobReport:
     job_dir: str
     attempts: list[AttemptReport]
     guard: list[str]  # the Slurm requeue guard's lines, in order
+    # FaultTolerancePlugin(diagnostics=True): the flight recorder's dumps (tools/report_flight.py): each rank's newest
+    # collective per process group, then "never entered: rank R ..." for the ranks the others waited for
+    flight: list[str] = dataclasses.field(default_factory=list)
+    flight_behind: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def rows(self) -> list[CycleRow]:
@@ -196,6 +203,8 @@ class JobReport:
             "in_job_restarts": self.restarts,
             "finished": self.finished,
             "guard": self.guard,
+            "flight_recorder": self.flight,
+            "flight_recorder_behind": self.flight_behind,
             "iterations_kept_recomputed": self.iterations(),
             "goodput": self.goodput(),
             "goodput_note": _GOODPUT_NOTE,
@@ -393,7 +402,14 @@ def report_job(job_dir: str | Path) -> JobReport:
         for line in batch.read_text(errors="replace").splitlines():
             if m := _GUARD.fullmatch(line):  # the guard's echo; bash's trace of it starts with "+ "
                 guard.append(m.group(1))
-    return JobReport(job_dir=str(job_dir), attempts=attempts, guard=guard)
+    flight = flight_report(job_dir)
+    return JobReport(
+        job_dir=str(job_dir),
+        attempts=attempts,
+        guard=guard,
+        flight=flight.lines() if flight else [],
+        flight_behind=flight.behind if flight else [],
+    )
 
 
 def report_experiment(exp_dir: str | Path) -> list[JobReport]:
@@ -477,3 +493,5 @@ def print_reports(console: Any, reports: list[JobReport]) -> None:
         )
         for line in job.guard:
             console.print(f"requeue guard: {line}", markup=False, highlight=False)
+        for line in job.flight:
+            console.print(f"flight recorder: {line}", markup=False, highlight=False)

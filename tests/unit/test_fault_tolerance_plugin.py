@@ -96,6 +96,34 @@ def test_diagnostics_stops_a_hung_rank_with_sigabrt_and_turns_on_pythons_faultha
         add_job(script(), local(env_vars={"PYTHONFAULTHANDLER": ""}), [FaultTolerancePlugin(diagnostics=True)])
 
 
+def test_diagnostics_sets_the_flight_recorder_to_dump_into_the_job_directory(tmp_path):
+    # Local: the Experiment's job directory; Slurm: the job's folder under the tunnel's job_dir, /nemo_run in a
+    # container. The dump files are <prefix><rank>, where `nemo-resiliency report` looks for them.
+    job = add_job(script(), local(), [FaultTolerancePlugin(diagnostics=True)])
+    _, _, env = launch_command(job)
+    prefix = f"{job.executor.job_dir}/flight_recorder_rank_"
+    assert env["TORCH_FR_DUMP_TEMP_FILE"] == env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == prefix
+    assert env["TORCH_FR_BUFFER_SIZE"] == "2000" and env["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
+    assert "TORCH_NCCL_TRACE_BUFFER_SIZE" not in env  # the old name: a deprecation warning on every rank of a new torch
+    executor = add_job(script(), slurm(tmp_path), [FaultTolerancePlugin(diagnostics=True)]).executor
+    folder = f"{executor.tunnel.job_dir}/{Path(executor.job_dir).name}"  # where the sbatch script and logs go
+    assert folder.startswith(f"{tmp_path}/slurm-jobs/")
+    assert executor.env_vars["TORCH_FR_DUMP_TEMP_FILE"] == f"{folder}/flight_recorder_rank_"
+    executor = add_job(
+        script(), slurm(tmp_path, container_image="nvcr.io/nvidia/nemo:25.11"), [FaultTolerancePlugin(diagnostics=True)]
+    ).executor
+    assert executor.env_vars["TORCH_FR_DUMP_TEMP_FILE"] == "/nemo_run/flight_recorder_rank_"
+    # The user's buffer size and dump path are theirs to choose (kept); the dump-on-timeout switch is required.
+    kept = {"TORCH_FR_BUFFER_SIZE": "20000", "TORCH_FR_DUMP_TEMP_FILE": "/scratch/fr_"}
+    _, _, env = launch_command(add_job(script(), local(env_vars=dict(kept)), [FaultTolerancePlugin(diagnostics=True)]))
+    assert {k: env[k] for k in kept} == kept
+    with pytest.raises(ResiliencyConfigError, match=r"TORCH_NCCL_DUMP_ON_TIMEOUT"):
+        add_job(script(), local(env_vars={"TORCH_NCCL_DUMP_ON_TIMEOUT": "0"}), [FaultTolerancePlugin(diagnostics=True)])
+    # Off: none of it.
+    _, _, env = launch_command(add_job(script(), local(), [FaultTolerancePlugin()]))
+    assert not {k for k in env if k.startswith("TORCH_FR_") or k.startswith("TORCH_NCCL_")}
+
+
 def test_zero_restarts_really_means_zero():
     job = add_job(script(), local(), [FaultTolerancePlugin(num_in_job_restarts=0)])
     _, args, env = launch_command(job)

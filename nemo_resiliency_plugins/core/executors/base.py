@@ -11,6 +11,7 @@ of an executor says where in NeMo-Run's code it comes from.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -211,6 +212,14 @@ class ExecutorRules:
     def configs_dir(self) -> str:
         """Where the job sees NeMo-Run's ``<job_dir>/configs`` (route of :class:`FaultToleranceWithSections`)."""
         raise NotImplementedError
+
+    def job_dir_in_job(self) -> str | None:
+        """Where the job's processes see NeMo-Run's job directory (the folder ``nemo-resiliency report`` reads),
+        or None where this executor gives them none. Default: the parent of :meth:`configs_dir`."""
+        try:
+            return os.path.dirname(self.configs_dir().rstrip("/"))
+        except NotImplementedError:
+            return None
 
     def deliver_ft_config(self, content: str, *, plugin: str) -> str:
         """Make NVRx's config (``content``, a YAML with a ``fault_tolerance:`` mapping) reach ft_launcher;

@@ -51,3 +51,6 @@ class LocalRules(ExecutorRules):
 
     def deliver_ft_config(self, content: str, *, plugin: str) -> str:
         return self.deliver_file("ft_launcher.yaml", content, plugin=plugin)
+
+    def job_dir_in_job(self) -> str | None:
+        return self.executor.job_dir or None  # assigned by the Experiment before any plugin's setup

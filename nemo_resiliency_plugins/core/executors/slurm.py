@@ -57,6 +57,14 @@ class SlurmRules(ExecutorRules):
     def deliver_ft_config(self, content: str, *, plugin: str) -> str:
         return self.deliver_file("ft_launcher.yaml", content, plugin=plugin)
 
+    def job_dir_in_job(self) -> str | None:
+        """The job's folder under the tunnel's job_dir (where NeMo-Run writes the sbatch script and the logs), or
+        its mount point ``/nemo_run`` in a container."""
+        executor = self.executor
+        if executor.container_image:
+            return "/nemo_run"
+        return os.path.join(executor.tunnel.job_dir, Path(executor.job_dir).name)
+
     def _check_job_path(self, host_path: str, *, plugin: str) -> None:
         """The job directory goes into ``export PET_FT_CFG_PATH=<path>`` (NeMo-Run does not quote it): it must
         be a plain shell word. When it is not, name the part to rename: the tunnel's ``job_dir``, the
