@@ -382,3 +382,23 @@ def test_every_executor_whose_first_process_is_the_launch_script_has_a_route_for
     assert {"DockerExecutor", "DGXCloudExecutor", "LeptonExecutor"} <= set(launch_script_first)
     assert all(RULES_BY_NAME[name].entry_route for name in launch_script_first)
     assert RULES_BY_NAME["KubeflowExecutor"].entry_route  # its first process depends on workdir_pvc (a property)
+
+
+@pytest.mark.parametrize(
+    ("make", "where"),
+    [
+        (docker, lambda ex: "/nemo_run"),  # job_dir's bind mount
+        (dgxcloud, lambda ex: ex.pvc_job_dir),  # where move_data copies job_dir
+        (lepton, lambda ex: ex.lepton_job_dir),  # likewise
+    ],
+    ids=["docker", "dgxcloud", "lepton"],
+)
+def test_diagnostics_dumps_land_in_the_job_directory_the_job_sees(make, where):
+    """diagnostics=True: the flight recorder writes into the job directory as the container sees it (the mount or
+    the storage NeMo-Run copies the job directory to), never into a path of the launching host."""
+    job = render(make(), [FaultTolerancePlugin(num_job_retries_on_failure=0, diagnostics=True)])
+    env = job.executor.env_vars
+    prefix = env["TORCH_FR_DUMP_TEMP_FILE"]
+    assert prefix == f"{where(job.executor)}/flight_recorder_rank_" and prefix.startswith("/"), prefix
+    assert not prefix.startswith(job.job_dir)  # the launching host's path
+    assert env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == prefix and env["PYTHONFAULTHANDLER"] == "1"
