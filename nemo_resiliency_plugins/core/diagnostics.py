@@ -55,9 +55,7 @@ def diagnostics_env(job_dir: str | None) -> dict[str, str]:
 
 def flight_recorder_note(job_dir: str | None) -> str:
     """One sentence for ``explain``: when the dump is written, and where."""
-    where = (
-        f"{dump_prefix(job_dir)}<rank>" if job_dir else "torch's default /tmp/nccl_trace_rank_<rank> on each node"
-    )
+    where = f"{dump_prefix(job_dir)}<rank>" if job_dir else "torch's default /tmp/nccl_trace_rank_<rank> on each node"
     return (
         f"collective flight recorder: the last {FLIGHT_RECORDER_ENTRIES} collectives of each rank, written to {where} "
         "when an NCCL collective outlives the process group's timeout (dist.distributed_timeout_minutes); a hang "
