@@ -26,6 +26,7 @@ from tests.helpers import TRAIN, add_job, launch_command, local
 from tests.unit.test_report import unpack
 
 RANKS = Path(__file__).resolve().parents[1] / "flight_recorder_ranks.py"
+NCCL_DUMP = Path(__file__).resolve().parents[1] / "fixtures" / "flight-recorder" / "nccl-timeout"
 
 
 @pytest.fixture(scope="module")
@@ -76,6 +77,17 @@ def test_the_job_report_prints_and_returns_it(dumps, tmp_path, capsys):
         main(["report", str(job_dir)])
     out = capsys.readouterr().out
     assert "flight recorder: never entered: rank 1: last in default_pg #3" in out
+
+
+def test_an_nccl_watchdog_dump_written_where_the_plugin_said():
+    # Made on the lent GPU machine (H100, torch 2.11.0+cu130, NCCL 2.28.9) by benchmarks/gpu/flight_recorder_proof.py:
+    # one NCCL rank with the plugin's environment, collective #4 queued behind a spinning kernel, process-group
+    # timeout 10 s; torch's watchdog wrote this file on the timeout (the job then ended with SIGABRT).
+    report = flight_report(NCCL_DUMP)
+    assert report is not None and report.unreadable == [] and report.behind == []
+    ((newest,),) = report.newest.values()
+    assert (newest.group, newest.seq, newest.op, newest.state) == ("default_pg", 4, "nccl:all_reduce", "scheduled")
+    assert newest.where == "<module> (<string>:11)"  # the proof's own line, past torch's frames
 
 
 def test_a_dump_cannot_run_code_in_the_reader(tmp_path):
