@@ -235,9 +235,27 @@ def install_ft_launcher(
     purpose: a user's value there would reach ft_launcher and is refused rather than passed on.
     ``plugin_fields`` maps a launcher field to the plugin field that sets it (``max_restarts`` ->
     ``num_in_job_restarts``), so a conflict names the field the user can change on the plugin. An executor
-    set-up where ft_launcher cannot work is refused first (its rules class says why).
+    set-up where ft_launcher cannot work is refused first (its rules class says why). Last, the executor's
+    rules give the launcher a rendezvous port of the job's own where NeMo-Run's default would be shared
+    (:meth:`~nemo_resiliency_plugins.core.executors.base.ExecutorRules.own_rendezvous_port`).
     """
     check_fault_tolerance(executor, plugin=plugin)
+    launcher = _merge_ft_launcher(
+        executor, wanted, plugin=plugin, must_stay_unset=must_stay_unset, plugin_fields=plugin_fields
+    )
+    for_executor(executor, plugin=plugin).own_rendezvous_port(launcher, plugin=plugin)
+    return launcher
+
+
+def _merge_ft_launcher(
+    executor: Any,
+    wanted: FaultTolerance,
+    *,
+    plugin: str,
+    must_stay_unset: dict[str, str] | None,
+    plugin_fields: dict[str, str] | None,
+) -> FaultTolerance:
+    """:func:`install_ft_launcher`'s merge of ``wanted`` into the executor's launcher."""
     current = executor.launcher
     for name, why in (must_stay_unset or {}).items():
         theirs = getattr(current, name, None) if isinstance(current, FaultTolerance) else None

@@ -10,6 +10,7 @@ config path mapped from where the node sees it to where the dry run wrote it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -57,6 +58,20 @@ def render(executor: Any, plugins: list[Any], task: Any = None, *, title: str = 
         job = exp.jobs[0]
         info = job._dryrun_info
         return RenderedJob(job.executor, job.task, info.request, job.executor.job_dir, job.executor.experiment_dir)
+
+
+def render_sbatch(executor: Any, plugins: list[Any], task: Any, cwd: Path) -> str:
+    """The sbatch script NeMo-Run's dry run writes for ``task`` on a SlurmExecutor with ``plugins``. Run from
+    ``cwd``; NeMo-Run's packaging shell reads stdin, which pytest refuses, so stdin is /dev/null meanwhile."""
+    with contextlib.chdir(cwd), open(os.devnull) as devnull:
+        saved, sys.stdin = sys.stdin, devnull
+        try:
+            with run.Experiment("coupling", executor=executor, log_level="ERROR") as exp:
+                exp.add(task, plugins=plugins, name="train")
+                exp.dryrun(log=False)
+                return str(exp.jobs[0]._dryrun_info.request.materialize())
+        finally:
+            sys.stdin = saved
 
 
 def run_as_node(workdir: Path, command: str, env: dict[str, str]) -> dict[str, Any]:

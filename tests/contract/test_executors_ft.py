@@ -22,6 +22,7 @@ from tests.contract.executor_jobs import (
     env_and_launch_lines,
     parse_launch,
     render,
+    render_sbatch,
     run_as_node,
     script_task,
     shell_join,
@@ -402,3 +403,26 @@ def test_diagnostics_dumps_land_in_the_job_directory_the_job_sees(make, where):
     assert prefix == f"{where(job.executor)}/flight_recorder_rank_" and prefix.startswith("/"), prefix
     assert not prefix.startswith(job.job_dir)  # the launching host's path
     assert env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == prefix and env["PYTHONFAULTHANDLER"] == "1"
+
+
+# --------------------------------------------------------------------- the rendezvous store of a multi-node job
+
+
+def _rdzv_endpoint(executor, tmp_path) -> str:
+    script = render_sbatch(executor, [FaultTolerancePlugin(num_job_retries_on_failure=0)], script_task(), tmp_path)
+    (endpoint,) = re.findall(r"--rdzv-endpoint (\S+)", script)
+    return endpoint
+
+
+def test_each_multi_node_slurm_job_gets_a_rendezvous_port_of_its_own(tmp_path):
+    """NeMo-Run's sbatch script gives every multi-node job $head_node_ip:29500: two jobs whose first node is one host
+    would share one rendezvous store, and one job's end would break the other's next in-job restart. The plugin
+    gives each job its own port (from its directory), outside the kernel's ephemeral range; a port the user chose
+    and the one-node launch (localhost:0, a free port) are left alone."""
+    first, second = (_rdzv_endpoint(slurm_nodes(tmp_path / name, 2), tmp_path) for name in ("a", "b"))
+    ports = [int(endpoint.removeprefix("$head_node_ip:")) for endpoint in (first, second)]
+    assert all(20000 <= port < 29000 for port in ports) and ports[0] != ports[1], (first, second)
+    chosen = slurm_nodes(tmp_path / "c", 2)
+    chosen.launcher = run.FaultTolerance(rdzv_port=31337)
+    assert _rdzv_endpoint(chosen, tmp_path) == "$head_node_ip:31337"
+    assert _rdzv_endpoint(slurm_nodes(tmp_path / "d", 1), tmp_path) == "localhost:0"

@@ -9,7 +9,6 @@ the real code (the upstream object the coupling reads is taken away in a child p
 
 from __future__ import annotations
 
-import contextlib
 import importlib.metadata
 import os
 import subprocess
@@ -24,6 +23,7 @@ from packaging.requirements import Requirement
 from nemo_resiliency_plugins import FaultTolerancePlugin, PreemptionPlugin
 from nemo_resiliency_plugins.core import nvrx_launcher, slurm_script
 from nemo_resiliency_plugins.core.executors import RULES_BY_NAME, executor_classes, missing_executor_classes
+from tests.contract.executor_jobs import render_sbatch
 
 pytestmark = pytest.mark.contract
 
@@ -87,15 +87,7 @@ def _slurm_script(tmp_path: Path) -> str:
         packager=run.Packager(),
     )
     task = run.Script(path="/tmp/nrp-train.py", entrypoint="python", args=["checkpoint.save=/ckpt"])
-    with contextlib.chdir(tmp_path), open(os.devnull) as devnull:
-        saved, sys.stdin = sys.stdin, devnull  # NeMo-Run's packaging shell reads stdin; pytest's refuses reads
-        try:
-            with run.Experiment("coupling", executor=executor, log_level="ERROR") as exp:
-                exp.add(task, plugins=[FaultTolerancePlugin(), PreemptionPlugin()], name="train")
-                exp.dryrun(log=False)
-                return str(exp.jobs[0]._dryrun_info.request.materialize())
-        finally:
-            sys.stdin = saved
+    return render_sbatch(executor, [FaultTolerancePlugin(), PreemptionPlugin()], task, tmp_path)
 
 
 def test_the_requeue_guard_finds_nemo_runs_template_names_in_the_rendered_script_and_names_a_missing_one(tmp_path):

@@ -213,6 +213,10 @@ class ExecutorRules:
         """Where the job sees NeMo-Run's ``<job_dir>/configs`` (route of :class:`FaultToleranceWithSections`)."""
         raise NotImplementedError
 
+    def own_rendezvous_port(self, launcher: Any, *, plugin: str) -> None:
+        """Give ``launcher`` a rendezvous port of this job's own where the executor's default is one port shared
+        by every job (see :class:`~nemo_resiliency_plugins.core.executors.slurm.SlurmRules`). Default: nothing."""
+
     def job_dir_in_job(self) -> str | None:
         """Where the job's processes see NeMo-Run's job directory (the folder ``nemo-resiliency report`` reads),
         or None where this executor gives them none. Default: the parent of :meth:`configs_dir`."""

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from nemo_resiliency_plugins.core.executors.base import ExecutorRules
 from nemo_resiliency_plugins.core.slurm_script import check_setup_lines
@@ -14,6 +16,10 @@ from nemo_resiliency_plugins.core.validation import SHELL_WORD_TEXT, is_shell_wo
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
 
 HEREDOC_MARKER = "NRP_FILE_EOF"
+#: The rendezvous ports a multi-node job gets (:meth:`SlurmRules.own_rendezvous_port`): 20000-28999.
+RDZV_PORT_BASE, RDZV_PORT_SPAN = 20000, 9000
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(kw_only=True)
@@ -56,6 +62,30 @@ class SlurmRules(ExecutorRules):
 
     def deliver_ft_config(self, content: str, *, plugin: str) -> str:
         return self.deliver_file("ft_launcher.yaml", content, plugin=plugin)
+
+    def own_rendezvous_port(self, launcher: Any, *, plugin: str) -> None:
+        """On several nodes NeMo-Run's Slurm launch is ``ft_launcher --rdzv-endpoint $head_node_ip:<rdzv_port>``
+        with one port for every job (29500). Two jobs whose first node is the same host (nodes shared between
+        jobs; every job of a one-host test cluster) then share one rendezvous store: torch's c10d backend falls
+        back to a client of whichever launcher bound the port first, and when that job's launchers exit, the other
+        job's next rendezvous round (its in-job restart) fails with DistNetworkError. A port left at NeMo-Run's
+        default is replaced by one derived from the job's directory (experiment id and task): stable for the saved
+        experiment, different between jobs, in 20000-28999 (below Linux's ephemeral range, so no outgoing
+        connection holds it). A port the user chose is kept."""
+        if self.nodes() <= 1:
+            return  # NeMo-Run's one-node launch uses localhost:0 (a free port of its own)
+        default = {f.name: f.default for f in dataclasses.fields(type(launcher))}.get("rdzv_port")
+        if launcher.rdzv_port != default:
+            return
+        digest = hashlib.sha256(str(self.executor.job_dir).encode()).hexdigest()
+        launcher.rdzv_port = RDZV_PORT_BASE + int(digest, 16) % RDZV_PORT_SPAN
+        logger.info(
+            "%s: ft_launcher's rendezvous port is %d, the job's own (NeMo-Run's default %s would be shared by every "
+            "multi-node job whose first node is this job's; set executor.launcher.rdzv_port to choose one)",
+            plugin,
+            launcher.rdzv_port,
+            default,
+        )
 
     def job_dir_in_job(self) -> str | None:
         """The job's folder under the tunnel's job_dir (where NeMo-Run writes the sbatch script and the logs), or
