@@ -103,10 +103,14 @@ def _signal_node_when(
 
 
 def _store_host_node(job) -> str:
-    """SLURM_NODEID of the node whose ft_launcher hosts the rendezvous TCPStore (listens on the c10d port)."""
+    """SLURM_NODEID of the node whose ft_launcher hosts the rendezvous TCPStore: it listens on the job's own c10d
+    port (FaultTolerancePlugin gives each multi-node job one; the launchers print it as their rdzv_endpoint)."""
     import psutil
 
-    listening = {c.pid for c in psutil.net_connections(kind="tcp") if c.status == "LISTEN" and c.laddr.port == 29500}
+    found = re.findall(r"rdzv_endpoint\s*: \S+:(\d+)", "\n".join(job.attempt_logs().values()))
+    assert found and len(set(found)) == 1, found  # the same port in every attempt, read from the launchers' lines
+    port = int(found[0])
+    listening = {c.pid for c in psutil.net_connections(kind="tcp") if c.status == "LISTEN" and c.laddr.port == port}
     for node in ("0", "1"):
         if listening & set(_job_processes(job.job_id, node)):
             return node
