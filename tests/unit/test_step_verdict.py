@@ -3,8 +3,9 @@ on lines in NVRx 0.7's and Megatron Bridge 0.6.2's formats: NVRx's no-restart ve
 143 when one node's ft_launcher exits 93 and the others are stopped), a straggler stop and the node of the
 straggler rank, and a failed step without srun's node line under the template's ``set -e``.
 
-The end-to-end cases on the 4-node local Slurm are in tests/slurm/test_fault_tolerance_slurm.py
-(``test_two_node_crash_loop_*``, ``test_step_without_a_node_line_*``, ``test_straggler_stop_*``).
+The 2-node crash loop also runs end to end on the 4-node local Slurm (tests/slurm/test_fault_tolerance_slurm.py,
+``test_two_node_crash_loop_*``); the step without a node line and the straggler stop are proven here only (see
+docs/multi-node.md, "How this is proven").
 """
 
 from __future__ import annotations
