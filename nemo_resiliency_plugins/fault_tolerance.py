@@ -85,9 +85,10 @@ class FaultTolerancePlugin(KnownKeywords, run.Plugin):
             (in a hang inside a collective, the ones the others waited for). PyTorch's collective flight
             recorder keeps each rank's last collectives and, when an NCCL collective outlives the process
             group's timeout, writes them to ``<job dir>/flight_recorder_rank_<rank>``; ``report`` names the
-            ranks that never entered the collective the others waited in (:mod:`core.diagnostics`). Off by
-            default: SIGABRT writes a core file where the node's core-size limit allows one (a training rank's
-            memory; set ``ulimit -c 0`` in ``executor.setup_lines`` on Slurm nodes that keep cores).
+            ranks that never entered the collective the others waited in
+            (:mod:`nemo_resiliency_plugins.core.diagnostics`). Off by default: SIGABRT writes a core file where
+            the node's core-size limit allows one (a training rank's memory; set ``ulimit -c 0`` in
+            ``executor.setup_lines`` on Slurm nodes that keep cores).
             The stack dump itself costs milliseconds, once, on a rank that is being stopped anyway; the
             recorder's cost per collective is measured in ``benchmarks/results/gpu/flight-recorder``.
         log_level: rank-monitor log level.

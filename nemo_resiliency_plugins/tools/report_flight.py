@@ -1,5 +1,6 @@
 """Which rank never entered the collective the others waited in: PyTorch's flight-recorder dumps, read from the job
-directory where ``FaultTolerancePlugin(diagnostics=True)`` has torch write them (:mod:`core.diagnostics`).
+directory where ``FaultTolerancePlugin(diagnostics=True)`` has torch write them
+(:mod:`nemo_resiliency_plugins.core.diagnostics`).
 
 A dump is one rank's pickled dict (torch's ``_dump_fr_trace`` format): ``entries``, the rank's last collectives,
 each with its process group, ``collective_seq_id`` (the n-th collective of that group on this rank), the operation
