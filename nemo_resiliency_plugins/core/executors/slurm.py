@@ -68,7 +68,7 @@ class SlurmRules(ExecutorRules):
         with one port for every job (29500). Two jobs whose first node is the same host (nodes shared between
         jobs; every job of a one-host test cluster) then share one rendezvous store: torch's c10d backend falls
         back to a client of whichever launcher bound the port first, and when that job's launchers exit, the other
-        job's next rendezvous round (its in-job restart) fails with DistNetworkError. A port left at NeMo-Run's
+        job's launchers fail with DistNetworkError (``benchmarks/rendezvous_port``). A port left at NeMo-Run's
         default is replaced by one derived from the job's directory (experiment id and task): stable for the saved
         experiment, different between jobs, in 20000-28999 (below Linux's ephemeral range, so no outgoing
         connection holds it). A port the user chose is kept."""
