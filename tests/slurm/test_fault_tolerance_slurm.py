@@ -484,6 +484,22 @@ def test_report_of_the_requeued_and_the_crash_loop_jobs(jobs):
     assert "no-restart code 93" in loop.guard[-1] and "not requeued" in loop.guard[-1], loop.guard
 
 
+def test_report_of_the_two_node_crash_loop(jobs):
+    """The same two cycles as on one node, read from two launchers' interleaved lines; the guard's verdict came
+    from the log (srun's own code is 143 or, in a race, 93)."""
+    loop = _report(jobs["two-node-crash-loop"][0])
+    assert (loop.requeues, loop.restarts, loop.finished) == (0, 1, False)
+    assert [row.injected for row in loop.rows] == [[f"kill at step {FAULT_STEP} on rank 1"]] * 2
+    assert [row.resumed_from for row in loop.rows] == [None, 10]
+    assert [row.checkpoints for row in loop.rows] == [[5, 10], []]
+    # torch's launcher on the killed rank's node names its local rank (one rank per node: local rank 0)
+    assert [(row.detected_by, row.exit_code) for row in loop.rows] == [("rank killed by signal 9", -9)] * 2
+    assert loop.rows[0].restart_s is not None and loop.rows[0].restart_s > 0
+    (verdict,) = loop.guard
+    assert verdict.startswith("NVRx decided the job must not be restarted (no_progress; step exit code"), verdict
+    assert verdict.endswith("not requeued, no node excluded, the job ends FAILED with no-restart code 93"), verdict
+
+
 def test_report_of_the_progress_each_cycle_job(jobs):
     job = _report(jobs["progress-each-cycle"][0])
     assert (job.requeues, job.restarts, job.finished) == (0, 3, True)
