@@ -14,7 +14,9 @@ What it reads, and from where (nothing else, no server):
 * with ``FaultTolerancePlugin(diagnostics=True)``: the ranks' stack dumps in those logs (:mod:`.report_stacks`) and
   PyTorch's flight-recorder dumps in the job directory (:mod:`.report_flight`).
 
-Which rank a detection names is the rank whose monitor fired: for a hang inside a collective that is a rank
+A worker's exit is named by its global rank where NVRx's events say which launcher (node) logged it (its group rank
+times the ranks per node plus the local rank torch's launcher gives). Which rank a detection names is the rank
+whose monitor fired: for a hang inside a collective that is a rank
 *blocked* by the hung one, not necessarily the hung one (the report says "detected on", not "fault on").
 Goodput is measured from Megatron Bridge's own training_log lines (``[time] iteration N/M | ... elapsed time per
 iteration (ms): t |``, every ``logger.log_interval`` iterations): which iterations each cycle reached, which the next
@@ -42,6 +44,8 @@ _GLOG = re.compile(r"^[IWEF](\d\d)(\d\d) (\d\d:\d\d:\d\d\.\d+) +\d+ torch/distri
 _RESTART = re.compile(r"\brestart_count=(\d+)\b")
 _EVENT = re.compile(r"Cycle: (\d+) Event: (\w+) Node: (\S+) Rank: (\S+) Time: (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+)")
 _EXITCODE = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)")
+_GLOG_PID = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +(\d+) ")  # the pid of the launcher that logged it
+_NPROC = re.compile(r"^\s*nproc_per_node\s*:\s*(\d+)\s*$")  # the launch config torch's elastic agent prints
 _SECTION = re.compile(r"Section '(\w+)' has been open for ([0-9.]+) seconds(?:\. Timeout is ([0-9.]+) seconds)?")
 _OUT_OF_SECTION = re.compile(r"Was out of section for ([0-9.]+) seconds")
 _HEARTBEAT = re.compile(r"Did not get (initial|subsequent) heartbeat")
@@ -252,6 +256,10 @@ def parse_attempt(text: str, attempt: int = 0, log: str = "") -> AttemptReport:
     first_straggler: dict[int, int] = {}  # per cycle: the first rank Megatron Bridge reported as a straggler
     utc_offset: dt.timedelta | None = None  # the launcher host's local time minus UTC
     dumps: dict[int, list[str]] = {}  # per cycle: the ranks' stack-dump lines (diagnostics=True)
+    # Several launchers (one per node) may share the log: a worker's global rank is its launcher's group rank (NVRx's
+    # events name the launcher as <host>_<pid>_<n> with its Rank) times the ranks per node, plus its local rank.
+    group_rank: dict[str, int] = {}  # launcher pid -> its group rank, the latest NVRx event of it said
+    nproc: int | None = None
     for line in text.splitlines():
         if is_dump_line(line):  # a rank's stderr, as the lines torch logs before the next cycle's start
             dumps.setdefault(cur, []).append(line)
@@ -282,7 +290,13 @@ def parse_attempt(text: str, attempt: int = 0, log: str = "") -> AttemptReport:
             rows.setdefault(cur, CycleRow(attempt=attempt, cycle=cur))
             continue
         row = rows[cur]
+        if m := _NPROC.match(line):
+            nproc = int(m.group(1))
+            continue
         if m := _EVENT.search(line):
+            parts = m.group(3).rsplit("_", 2)
+            if len(parts) == 3 and parts[1].isdigit() and m.group(4).isdigit():
+                group_rank[parts[1]] = int(m.group(4))
             # NVRx stamps its events in UTC and its log lines in the host's local time: the line carrying both
             # gives the host's offset, so that a restart time never mixes the two.
             event_time = dt.datetime.strptime(m.group(5), "%Y-%m-%d %H:%M:%S.%f")
@@ -312,7 +326,7 @@ def parse_attempt(text: str, attempt: int = 0, log: str = "") -> AttemptReport:
                 row.exit_code = int(m.group(1))
                 if row.detected_by is None:
                     row.detected_by = f"rank {how}"
-                    row.detected_on_rank = int(m.group(2))  # local rank: on one node the rank itself
+                    row.detected_on_rank = _global_rank(line, int(m.group(2)), group_rank, nproc)
                     row.detected_at = _iso(when)
                     if when and cur not in detected:
                         detected[cur] = when
@@ -368,6 +382,16 @@ def parse_attempt(text: str, attempt: int = 0, log: str = "") -> AttemptReport:
         cycles=cycles,
         launcher_stamped=stamped,
     )
+
+
+def _global_rank(line: str, local_rank: int, group_rank: dict[str, int], nproc: int | None) -> int:
+    """The global rank of the worker torch's launcher reports on ``line``: its launcher's group rank (known from NVRx's
+    events) times the ranks per node plus its local rank; the local rank where the launcher is not known (torchrun,
+    one node: the same number)."""
+    pid = _GLOG_PID.match(line)
+    if pid is None or nproc is None or pid.group(1) not in group_rank:
+        return local_rank
+    return group_rank[pid.group(1)] * nproc + local_rank
 
 
 def _detection(line: str) -> tuple[str, float | None] | None:

@@ -492,8 +492,9 @@ def test_report_of_the_two_node_crash_loop(jobs):
     assert [row.injected for row in loop.rows] == [[f"kill at step {FAULT_STEP} on rank 1"]] * 2
     assert [row.resumed_from for row in loop.rows] == [None, 10]
     assert [row.checkpoints for row in loop.rows] == [[5, 10], []]
-    # torch's launcher on the killed rank's node names its local rank (one rank per node: local rank 0)
+    # torch's launcher on the killed rank's node says local rank 0; with its group rank from NVRx's events: rank 1
     assert [(row.detected_by, row.exit_code) for row in loop.rows] == [("rank killed by signal 9", -9)] * 2
+    assert [row.detected_on_rank for row in loop.rows] == [1, 1]
     assert loop.rows[0].restart_s is not None and loop.rows[0].restart_s > 0
     (verdict,) = loop.guard
     assert verdict.startswith("NVRx decided the job must not be restarted (no_progress; step exit code"), verdict

@@ -26,6 +26,9 @@ launcher logs, the Slurm batch log), taken from one run of the suite on 2026-12-
   threads (they poll each rank's file): rank 0's resume line after rank 1's first iteration after it, and the
   launcher's lines about the kill before rank 1's last lines.
 
+* ``slurm-two-node-crash-loop`` (a run of commit a23cd9e): the same file's 2-node crash loop, one rank per node,
+  two launchers' lines in one log: the killed rank's launcher (on the second node) names it by its local rank 0.
+
 * ``experiment-ft-kill-then-hang`` (the project CI's run of commit 29a0657): the kill-then-hang job as NeMo-Run saved
   its whole experiment (``$NEMORUN_HOME/experiments/<title>/<id>`` with ``_CONFIG`` and ``_TASKS``), so that the
   report reads the job's plugins for the comparison with ``plan``.
@@ -159,6 +162,21 @@ def test_crash_loop_every_cycle_ended_by_the_same_kill(tmp_path):
         assert (row.detected_by, row.detected_on_rank) == ("rank killed by signal 9", 1)
     assert job.rows[1].resumed_from == 10 and job.rows[1].checkpoints == []  # no progress: no new checkpoint
     assert "no-restart code" in job.guard[-1] and "not requeued" in job.guard[-1]
+
+
+def test_a_kill_on_the_second_node_is_named_by_its_global_rank(tmp_path):
+    # torch's launcher says "local_rank: 0"; NVRx's events give that launcher's group rank (1) and the launch config
+    # one rank per node: global rank 1, the rank the workload's own marker names.
+    (job,) = report_experiment(unpack("slurm-two-node-crash-loop", tmp_path))
+    assert (job.requeues, job.restarts, job.finished) == (0, 1, False)
+    for row in job.rows:
+        assert row.injected == ["kill at step 13 on rank 1"]
+        assert (row.detected_by, row.detected_on_rank, row.exits) == (
+            "rank killed by signal 9",
+            1,
+            ["local rank 0 killed by signal 9"],
+        )
+    assert "step exit code 143" in job.guard[-1] and "not requeued, no node excluded" in job.guard[-1], job.guard
 
 
 def test_goodput_and_the_iterations_trained_twice(tmp_path, capsys):
