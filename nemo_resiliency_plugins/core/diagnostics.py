@@ -13,7 +13,7 @@ Two records, both written only when something went wrong, both read by ``nemo-re
 
 The flight recorder's dump only happens when the *process group's* timeout fires (Megatron Bridge's
 ``dist.distributed_timeout_minutes``, 10 minutes by default). A hang NVRx's section timeout stops first leaves the
-stacks, not the dump; :func:`flight_recorder_note` says so where ``explain`` shows it.
+stacks, not the dump; :func:`flight_recorder_note` says so in the plugin's set-up log.
 
 Torch renamed the variables (``TORCH_NCCL_TRACE_BUFFER_SIZE`` -> ``TORCH_FR_BUFFER_SIZE``,
 ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE`` -> ``TORCH_FR_DUMP_TEMP_FILE``). Both dump-path names are set (a torch of
@@ -45,7 +45,7 @@ def dump_prefix(job_dir: str) -> str:
 def diagnostics_env(job_dir: str | None) -> dict[str, str]:
     """The environment ``diagnostics=True`` gives every rank. Without a job directory the job can see (an executor
     with no shared folder) the flight recorder still records but its dump stays at torch's default ``/tmp`` path of
-    each node, and ``explain`` says so."""
+    each node, and :func:`flight_recorder_note` says so."""
     env = {FAULT_HANDLER_VAR: "1", DUMP_ON_TIMEOUT_VAR: "1"}
     env.update({name: str(FLIGHT_RECORDER_ENTRIES) for name in BUFFER_VARS})
     if job_dir:
@@ -54,7 +54,7 @@ def diagnostics_env(job_dir: str | None) -> dict[str, str]:
 
 
 def flight_recorder_note(job_dir: str | None) -> str:
-    """One sentence for ``explain``: when the dump is written, and where."""
+    """One sentence for the plugin's set-up log: when the dump is written, and where."""
     where = f"{dump_prefix(job_dir)}<rank>" if job_dir else "torch's default /tmp/nccl_trace_rank_<rank> on each node"
     return (
         f"collective flight recorder: the last {FLIGHT_RECORDER_ENTRIES} collectives of each rank, written to {where} "

@@ -393,13 +393,9 @@ def check_fault_tolerance(executor: Any, *, plugin: str) -> None:
         logger.info("%s: %s", plugin, rules.state_note)
 
 
-def job_dir_in_job(executor: Any, *, plugin: str) -> str | None:
-    """Where the job's processes see NeMo-Run's job directory, or None where the executor gives them none."""
-    return for_executor(executor, plugin=plugin).job_dir_in_job()
-
-
-def set_diagnostics_env(task: Any, executor: Any, *, plugin: str, field: str) -> dict[str, str]:
-    """Give the ranks what makes a hang attributable (:mod:`.diagnostics`); return what the job will see.
+def set_diagnostics_env(task: Any, executor: Any, *, plugin: str, field: str) -> None:
+    """Give the ranks what makes a hang attributable (:mod:`.diagnostics`), in the job directory as the job sees it
+    (the executor's rules say where).
 
     ``PYTHONFAULTHANDLER`` and the dump-on-timeout switch are required (a user value that turns them off is refused
     by :func:`set_env`). The flight recorder's buffer size and dump path are the user's where the user set them:
@@ -407,20 +403,14 @@ def set_diagnostics_env(task: Any, executor: Any, *, plugin: str, field: str) ->
     find the dumps in the job directory)."""
     from nemo_resiliency_plugins.core import diagnostics
 
-    job_dir = job_dir_in_job(executor, plugin=plugin)
-    wanted = diagnostics.diagnostics_env(job_dir)
+    job_dir = for_executor(executor, plugin=plugin).job_dir_in_job()
     logger.info("%s: %s", plugin, diagnostics.flight_recorder_note(job_dir))
-    seen: dict[str, str] = {}
-    for name, value in wanted.items():
+    for name, value in diagnostics.diagnostics_env(job_dir).items():
         user = get_env(task, executor, name)
-        keep_user = name in diagnostics.BUFFER_VARS or name in diagnostics.DUMP_FILE_VARS
-        if user is not None and keep_user and user != value:
+        if user is not None and user != value and name in diagnostics.BUFFER_VARS + diagnostics.DUMP_FILE_VARS:
             logger.info("%s: %s=%s kept (the user's; %s would set %s)", plugin, name, user, field, value)
-            seen[name] = user
             continue
         set_env(task, executor, name, value, plugin=plugin, field=field)
-        seen[name] = value
-    return seen
 
 
 def platform_stop(executor: Any, *, plugin: str) -> tuple[float | None, str]:

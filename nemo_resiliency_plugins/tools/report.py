@@ -40,12 +40,11 @@ __all__ = ["AttemptReport", "CycleRow", "JobReport", "print_reports", "report_ex
 _STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) ")  # NVRx's logging lines
 # torch's launcher (torchrun's elastic agent) logging: month, day, time, no year. Only its own modules: a rank run by a
 # plain interpreter logs torch's import warnings in the same format, after its start-up, which no launcher timed.
-_GLOG = re.compile(r"^[IWEF](\d\d)(\d\d) (\d\d:\d\d:\d\d\.\d+) +\d+ torch/distributed/(?:run|launcher/|elastic/)")
+_GLOG = re.compile(r"^[IWEF](\d\d)(\d\d) (\d\d:\d\d:\d\d\.\d+) +(\d+) torch/distributed/(?:run|launcher/|elastic/)")
 _RESTART = re.compile(r"\brestart_count=(\d+)\b")
 _EVENT = re.compile(r"Cycle: (\d+) Event: (\w+) Node: (\S+) Rank: (\S+) Time: (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+)")
 _EXITCODE = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)")
-_GLOG_PID = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +(\d+) ")  # the pid of the launcher that logged it
-_NPROC = re.compile(r"^\s*nproc_per_node\s*:\s*(\d+)\s*$")  # the launch config torch's elastic agent prints
+_NPROC = re.compile(r"\s*nproc_per_node\s*:\s*(\d+)\s*")  # fullmatch: the launch config torch's agent prints
 _SECTION = re.compile(r"Section '(\w+)' has been open for ([0-9.]+) seconds(?:\. Timeout is ([0-9.]+) seconds)?")
 _OUT_OF_SECTION = re.compile(r"Was out of section for ([0-9.]+) seconds")
 _HEARTBEAT = re.compile(r"Did not get (initial|subsequent) heartbeat")
@@ -290,7 +289,7 @@ def parse_attempt(text: str, attempt: int = 0, log: str = "") -> AttemptReport:
             rows.setdefault(cur, CycleRow(attempt=attempt, cycle=cur))
             continue
         row = rows[cur]
-        if m := _NPROC.match(line):
+        if m := _NPROC.fullmatch(line):
             nproc = int(m.group(1))
             continue
         if m := _EVENT.search(line):
@@ -388,10 +387,10 @@ def _global_rank(line: str, local_rank: int, group_rank: dict[str, int], nproc: 
     """The global rank of the worker torch's launcher reports on ``line``: its launcher's group rank (known from NVRx's
     events) times the ranks per node plus its local rank; the local rank where the launcher is not known (torchrun,
     one node: the same number)."""
-    pid = _GLOG_PID.match(line)
-    if pid is None or nproc is None or pid.group(1) not in group_rank:
+    glog = _GLOG.match(line)  # group 4: the pid of the launcher that logged it
+    if glog is None or nproc is None or glog.group(4) not in group_rank:
         return local_rank
-    return group_rank[pid.group(1)] * nproc + local_rank
+    return group_rank[glog.group(4)] * nproc + local_rank
 
 
 def _detection(line: str) -> tuple[str, float | None] | None:
