@@ -62,6 +62,22 @@ def assert_same_params(a: dict, b: dict) -> None:
 _RANK_LINE = re.compile(r"\[[a-z]+\d+\]:")  # torch's prefix for a worker's teed line: [default1]:
 
 
+def assert_ended_by_kill(row, *, rank: int | None = None) -> None:
+    """A report row (``tools/report.py``'s CycleRow) of a cycle that a SIGKILLed rank ended: the report names the
+    killed rank; or, when one poll of torch's agent found it dead together with a rank it took down (which then failed
+    in its next collective, gloo's "Connection closed by peer"), torch's line names only that rank, and the row says
+    it only lost a peer (``exit_after_peer``; ``tests/unit/test_report_exit_cause.py`` makes that case on purpose).
+    Seen in CI on a loaded host: a Docker crash-loop cycle named "rank exited with code 1"."""
+    from nemo_resiliency_plugins.tools.report import PEER_NOTE
+
+    if row.exit_after_peer:
+        assert row.exit_code > 0 and row.detected_by == f"rank exited with code {row.exit_code}{PEER_NOTE}", row
+        return
+    assert (row.detected_by, row.exit_code) == ("rank killed by signal 9", -9), row
+    if rank is not None:
+        assert row.detected_on_rank == rank, row
+
+
 def fault_line(result, save_dir: Path, index: int = 0) -> tuple[int, float]:
     """(index in the job's log of the ``index``-th injected fault's FAULT_INJECTED line, the fault's Unix time as
     the injecting rank wrote it in its marker file)."""

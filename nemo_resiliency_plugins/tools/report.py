@@ -44,6 +44,16 @@ _GLOG = re.compile(r"^[IWEF](\d\d)(\d\d) (\d\d:\d\d:\d\d\.\d+) +(\d+) torch/dist
 _RESTART = re.compile(r"\brestart_count=(\d+)\b")
 _EVENT = re.compile(r"Cycle: (\d+) Event: (\w+) Node: (\S+) Rank: (\S+) Time: (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+)")
 _EXITCODE = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)")
+_SRUN_TASK = re.compile(r"(\d+): ")  # match: srun's --label prefix, where the step's output carries one
+# A rank's own output saying a peer's connection went away (gloo's TCP pair; NCCL's remote error): a rank that exits
+# after it failed because another one did.
+_PEER_LOST = re.compile(
+    r"(?:(\d+): )?\[default(\d+)\]:.*"
+    r"(?:Connection (?:closed|reset) by peer|remote process exited or there was a network)"
+)
+# NVRx's launcher when it gives up: every failure of the last poll (torch's agent logged only the first)
+_ALL_FAILURES = re.compile(r"Some rank\(s\) exited with non-zero exit code: ")
+_FAILURE = re.compile(r"\d+: ProcessFailure\(local_rank=(\d+), pid=\d+, exitcode=(-?\d+)")
 _NPROC = re.compile(r"\s*nproc_per_node\s*:\s*(\d+)\s*")  # fullmatch: the launch config torch's agent prints
 _SECTION = re.compile(r"Section '(\w+)' has been open for ([0-9.]+) seconds(?:\. Timeout is ([0-9.]+) seconds)?")
 _OUT_OF_SECTION = re.compile(r"Was out of section for ([0-9.]+) seconds")
@@ -64,6 +74,8 @@ _STRAGGLER_STOPPED = "straggler detection (training stopped)"
 # Megatron Bridge's exit handler after the save at a signal (training/train.py, barrier_and_log on rank 0)
 _SIGNAL_EXIT = re.compile(r"\[exiting program after receiving SIGTERM\.\] datetime: (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
 SIGNAL_EXITED = "SIGTERM to the ranks (saved, exited)"
+#: Added to "rank exited with code N" when that rank had logged a peer's lost connection (CycleRow.exit_after_peer).
+PEER_NOTE = " after a peer's connection closed (another rank failed first; torch's agent named only this one)"
 # Megatron Bridge's training_log line (every logger.log_interval iterations, on the last rank); the reference workload
 # prints the same line.
 _ITERATION = re.compile(
@@ -101,7 +113,13 @@ class CycleRow:
     detected_on_rank: int | None = None
     detected_at: str | None = None
     open_s: float | None = None  # NVRx's own figure: how long the section was open when it fired
-    exit_code: int | None = None  # what torch's elastic agent saw first (negative: killed by that signal)
+    # The exit that ended the cycle (negative: killed by that signal): what torch's elastic agent saw first, or the
+    # rank that failed first where the one it saw had only lost its connection to it (see exit_after_peer)
+    exit_code: int | None = None
+    # The rank torch's agent named had itself logged that a peer's connection closed: it failed because another rank
+    # did. torch's agent names one failure per poll, the earliest by whole-second time stamps, ties to the lowest
+    # local rank; when the failed rank and the ones it took down are seen in one poll, the failed one goes unnamed.
+    exit_after_peer: bool = False
     exits: list[str] = dataclasses.field(default_factory=list)  # every worker exit it reported, in order
     restart_s: float | None = None  # detection -> the next cycle's workers started (launcher clock)
     finished_step: int | None = None
@@ -255,6 +273,9 @@ def parse_attempt(text: str, attempt: int = 0, log: str = "") -> AttemptReport:
     first_straggler: dict[int, int] = {}  # per cycle: the first rank Megatron Bridge reported as a straggler
     utc_offset: dt.timedelta | None = None  # the launcher host's local time minus UTC
     dumps: dict[int, list[str]] = {}  # per cycle: the ranks' stack-dump lines (diagnostics=True)
+    peer_lost: dict[int, set[tuple[str | None, int]]] = {}  # per cycle: (srun task, local rank) that lost a peer
+    # per cycle: each exit torch's agents logged, in log order: ((srun task, local rank), code, global rank, detected)
+    exit_lines: dict[int, list[tuple[tuple[str | None, int], int, int | None, bool]]] = {}
     # Several launchers (one per node) may share the log: a worker's global rank is its launcher's group rank (NVRx's
     # events name the launcher as <host>_<pid>_<n> with its Rank) times the ranks per node, plus its local rank.
     group_rank: dict[str, int] = {}  # launcher pid -> its group rank, the latest NVRx event of it said
@@ -310,6 +331,17 @@ def parse_attempt(text: str, attempt: int = 0, log: str = "") -> AttemptReport:
             elif m.group(2) == "failure_detected" and cur not in detected:
                 detected[cur] = event_time
             continue
+        if m := _PEER_LOST.match(line):
+            peer_lost.setdefault(cur, set()).add((m.group(1), int(m.group(2))))
+            continue
+        if _ALL_FAILURES.search(line) and cur in exit_lines:
+            task = _SRUN_TASK.match(line)
+            # NVRx's line names no launcher: the global rank is known when one launcher logs here
+            known = nproc is not None and len(group_rank) <= 1
+            for local, code in _FAILURE.findall(line):
+                rank = next(iter(group_rank.values()), 0) * nproc + int(local) if known else None
+                exit_lines[cur].append(((task.group(1) if task else None, int(local)), int(code), rank, False))
+            continue
         if row.detected_by is None and (found := _detection(line)):
             row.detected_by, row.open_s = found
             rank = _MONITOR_RANK.search(line)
@@ -319,13 +351,18 @@ def parse_attempt(text: str, attempt: int = 0, log: str = "") -> AttemptReport:
                 detected[cur] = when
         elif m := _EXITCODE.search(line):
             code = int(m.group(1))
-            how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
+            how = _exit_how(code)
             row.exits.append(f"local rank {m.group(2)} {how}")
+            task = _SRUN_TASK.match(line)
+            global_rank = _global_rank(line, int(m.group(2)), group_rank, nproc)
+            exit_lines.setdefault(cur, []).append(
+                ((task.group(1) if task else None, int(m.group(2))), code, global_rank, row.detected_by is None)
+            )
             if row.exit_code is None:
                 row.exit_code = int(m.group(1))
                 if row.detected_by is None:
                     row.detected_by = f"rank {how}"
-                    row.detected_on_rank = _global_rank(line, int(m.group(2)), group_rank, nproc)
+                    row.detected_on_rank = global_rank
                     row.detected_at = _iso(when)
                     if when and cur not in detected:
                         detected[cur] = when
@@ -360,6 +397,8 @@ def parse_attempt(text: str, attempt: int = 0, log: str = "") -> AttemptReport:
             row.detected_at = _iso(when)
     for cycle, when in detected.items():
         rows[cycle].detected_at = rows[cycle].detected_at or _iso(when)
+    for cycle, exits in exit_lines.items():  # after the loop: a rank's own lines may follow the agent's exit line
+        _name_the_cause(rows[cycle], exits, peer_lost.get(cycle, set()))
     for cycle, rank in first_straggler.items():  # the ranks' stop line may come before rank 0's report in the log
         if rows[cycle].detected_by == _STRAGGLER_STOPPED:
             rows[cycle].detected_on_rank = rank
@@ -381,6 +420,34 @@ def parse_attempt(text: str, attempt: int = 0, log: str = "") -> AttemptReport:
         cycles=cycles,
         launcher_stamped=stamped,
     )
+
+
+def _exit_how(code: int) -> str:
+    return f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
+
+
+def _name_the_cause(
+    row: CycleRow,
+    exits: list[tuple[tuple[str | None, int], int, int | None, bool]],
+    peer_lost: set[tuple[str | None, int]],
+) -> None:
+    """When the first exit a cycle's log names is a rank that had logged a peer's lost connection, it failed because
+    another rank did: a later exit of the cycle that is not such a consequence (another node's launcher logged it, or
+    NVRx's list of every failure when it gives up) is named instead; with none (torch's agent names one failure per
+    poll, and the poll saw both), the row says so."""
+    (key, code, _, was_detection), rest = exits[0], exits[1:]
+    if code < 0 or key not in peer_lost:
+        return
+    # Not SIGTERM: torch's agent stops the other workers with it, and NVRx's list counts them among the failures.
+    cause = next((e for e in rest if e[1] != -15 and (e[1] < 0 or e[0] not in peer_lost)), None)
+    if cause is None:
+        row.exit_after_peer = True
+        if was_detection:
+            row.detected_by = f"rank {_exit_how(code)}{PEER_NOTE}"
+        return
+    row.exit_code = cause[1]
+    if was_detection:
+        row.detected_by, row.detected_on_rank = f"rank {_exit_how(cause[1])}", cause[2]
 
 
 def _global_rank(line: str, local_rank: int, group_rank: dict[str, int], nproc: int | None) -> int:

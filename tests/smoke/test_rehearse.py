@@ -20,6 +20,7 @@ from nemo_resiliency_plugins.testing.pytest_plugin import assert_rehearsal_ok, r
 from nemo_resiliency_plugins.tools.rehearse import FAULT_STEP, SAVE_INTERVAL, TARGET_STEP_TIMEOUT_S, rehearse
 from nemo_resiliency_plugins.tools.rehearse.adapt import POLL_S, STEPS
 from nemo_resiliency_plugins.tools.report import report_job
+from tests.helpers import assert_ended_by_kill
 
 TEE_POLL_S = 0.1  # torchx.schedulers.streams.Tee sleeps this long when no stream has new bytes
 
@@ -76,12 +77,15 @@ def test_report_of_each_rehearsal_run(good):
     (base,) = report_job(good.baseline.job_dir).rows
     assert (base.injected, base.detected_by, base.finished_step) == ([], None, STEPS)
     kill, hang = good.faults
-    for fault, ended_by in ((kill, "rank killed by signal 9"), (hang, "section 'step' timeout")):
+    for fault in (kill, hang):
         job = report_job(fault.run.job_dir)
         assert (job.restarts, job.finished) == (1, True), fault.fault
         faulty, resumed = job.rows
         assert faulty.injected == [f"{fault.fault} at step {FAULT_STEP} on rank 1"]  # the last of 2 ranks
-        assert faulty.detected_by.startswith(ended_by), faulty.detected_by
+        if fault is kill:
+            assert_ended_by_kill(faulty)
+        else:
+            assert faulty.detected_by.startswith("section 'step' timeout"), faulty.detected_by
         assert (resumed.resumed_from, resumed.finished_step) == (RESUME_STEP, STEPS)
         assert job.iterations() == (STEPS, FAULT_STEP - RESUME_STEP)  # a fault at step N strikes after iteration N
     # NVRx's own figure, as the rehearsal read it and as the report reads it
