@@ -114,6 +114,16 @@ class FaultTolerancePlugin(KnownKeywords, run.Plugin):
             the rendezvous store, NVRx 0.7's launcher on the healthy nodes waits in a TCPStore call that has no
             read timeout. ``None``: off (srun's first line names the node).
 
+        spare_nodes: Slurm only. Hold this many nodes more than the job trains on, as NVRx hot spares: the
+            allocation is ``executor.nodes + spare_nodes``, every node runs ft_launcher with ``--nnodes
+            <executor.nodes>:<all>``, srun keeps the step when one node's task dies, and when a training node is
+            lost a spare takes its place in the next rendezvous: the worker group restarts inside the same job from
+            the last checkpoint (one of ``num_in_job_restarts``), with the same world size, no requeue and no
+            queue wait. The requeue path (``num_job_retries_on_failure``, ``exclude_failed_nodes``) takes over when
+            the spares or the restarts are used up. The first node of the allocation runs the sbatch script and
+            hosts the rendezvous store: losing it ends the job (then the requeue path). A spare costs its nodes'
+            time for the whole job.
+
     Autoresume: a restart only saves work if Megatron Bridge resumes from what the run saved, and Megatron
     Bridge 0.6.2 resumes only from ``checkpoint.load``. Where the task shows ``checkpoint.save``, an unset
     ``checkpoint.load`` is set to it and a different one is refused (:mod:`nemo_resiliency_plugins.core.autoresume`).
@@ -146,6 +156,7 @@ class FaultTolerancePlugin(KnownKeywords, run.Plugin):
     exclude_failed_nodes: bool | None = None
     silent_node_timeout: float | None = 60.0
     diagnostics: bool = False
+    spare_nodes: int = 0
 
     def __post_init__(self) -> None:
         check = Checker(type(self).__name__)
@@ -194,6 +205,17 @@ class FaultTolerancePlugin(KnownKeywords, run.Plugin):
         check.number(
             "silent_node_timeout", self.silent_node_timeout, min=3 * self.workload_check_interval, optional=True
         )
+        check.integer("spare_nodes", self.spare_nodes, min=0)
+        if self.spare_nodes and self.num_in_job_restarts == 0:
+            check.fail(
+                "spare_nodes",
+                self.spare_nodes,
+                "0 while num_in_job_restarts=0",
+                detail=(
+                    "a spare takes a lost node's place in ft_launcher's next rendezvous, which is an in-job restart; "
+                    "with none allowed it would never be used (set num_in_job_restarts >= 1)"
+                ),
+            )
 
         if self.simulate_fault and not self.enable_ft_package:
             check.fail(
@@ -245,6 +267,8 @@ class FaultTolerancePlugin(KnownKeywords, run.Plugin):
             script_args_converter_fn=self.script_args_converter_fn,
         )
         guard_known_bugs(task, plugin=name)  # Megatron-Bridge#5711 (known_bugs.py)
+        # Before the launcher: spares make the launch multi-node (rendezvous port, infrastructure ranks).
+        executor_config.add_spare_nodes(executor, self.spare_nodes, plugin=name, field="spare_nodes")
         heartbeats = self.workload_style == "heartbeats"
         launcher_settings: dict[str, Any] = dict(
             workload_check_interval=self.workload_check_interval,
@@ -281,6 +305,7 @@ class FaultTolerancePlugin(KnownKeywords, run.Plugin):
         )
         # NeMo-Run's ft_launcher sbatch template would requeue a finished job forever (no finished flag).
         executor_config.guard_ft_requeue(executor, plugin=name)
+        executor_config.install_spare_nodes_block(executor, self.spare_nodes, plugin=name)
         self._slurm_requeue_settings(task, executor)
         content = nvrx_launcher.config_file(
             section_timeouts=self.section_timeouts if not heartbeats else {},
@@ -348,6 +373,15 @@ class FaultTolerancePlugin(KnownKeywords, run.Plugin):
                 task, executor, "NRP_EXCLUDE_FAILED_NODES", "1", plugin=name, field="exclude_failed_nodes"
             )
         if not exclude or self.silent_node_timeout is None:
+            return
+        if self.spare_nodes:
+            executor_config.note_no_effect(
+                executor,
+                plugin=name,
+                field="silent_node_timeout",
+                why=f"with spare_nodes={self.spare_nodes} a spare's launcher logs nothing while it waits, so a silent "
+                "launcher is not a hung node",
+            )
             return
         if self.log_level.upper() not in ("DEBUG", "INFO"):
             executor_config.note_no_effect(

@@ -28,6 +28,7 @@ from nemo_resiliency_plugins.core.slurm_script import (  # noqa: F401  (the sbat
     guard_ft_requeue,
     slurm_time_limit_seconds,
 )
+from nemo_resiliency_plugins.core.slurm_script import install_spare_nodes_block as _spare_nodes_block
 from nemo_resiliency_plugins.core.validation import SHELL_WORD_TEXT, is_shell_word
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
 
@@ -383,6 +384,22 @@ def set_infrastructure_rank(task: Any, executor: Any, *, plugin: str) -> None:
                 "'Duplicate infrastructure ranks detected'; remove it (NVRx assigns ranks itself)"
             ),
         )
+
+
+def add_spare_nodes(executor: Any, spares: int, *, plugin: str, field: str) -> None:
+    """Hold ``spares`` nodes as NVRx hot spares (Slurm: the allocation, srun's flags and ft_launcher's ``--nnodes``
+    range; refused elsewhere by the executor's rules). Call before the launcher is installed: a one-node job with a
+    spare is a multi-node launch (its rendezvous port and infrastructure ranks follow from the node count)."""
+    if spares == 0:
+        return
+    for_executor(executor, plugin=plugin).add_spare_nodes(spares, plugin=plugin, field=field)
+
+
+def install_spare_nodes_block(executor: Any, spares: int, *, plugin: str) -> None:
+    """The sbatch block that turns ft_launcher's node count into the active:all range (after the requeue guard)."""
+    if spares == 0:
+        return
+    _spare_nodes_block(executor, plugin=plugin)
 
 
 def check_fault_tolerance(executor: Any, *, plugin: str) -> None:

@@ -132,6 +132,23 @@ def guard_ft_requeue(executor: Any, *, plugin: str) -> None:
     executor.setup_lines = existing.rstrip("\n") + "\n" + _REQUEUE_GUARD
 
 
+_SPARE_NODES_MARK = "# nemo-resiliency-plugins: spare nodes"
+_SPARE_NODES = _block("spare_nodes.sh")
+
+
+def install_spare_nodes_block(executor: Any, *, plugin: str) -> None:
+    """Add the bash of ``sbatch/spare_nodes.sh`` after the requeue guard: it gives ft_launcher ``--nnodes
+    <active>:<all>`` and tells a step that finished after a spare replaced a lost node from a failed one (it reads
+    the launchers' log through the guard's ``nrp_step_log``, so the guard must be there first)."""
+    check_setup_lines(executor, plugin=plugin)
+    existing = executor.setup_lines or ""
+    if _SPARE_NODES_MARK in existing:
+        return
+    if _REQUEUE_GUARD_MARK not in existing:
+        raise ResiliencyConfigError(plugin, None, detail="internal: the spare-node block needs the requeue guard first")
+    executor.setup_lines = existing.rstrip("\n") + "\n" + _SPARE_NODES
+
+
 #: What the requeue guard takes from NeMo-Run 0.11.1's sbatch templates (``slurm.sh.j2`` and the
 #: ``ft_launcher_slurm.j2`` macros it imports): each name with a pattern that must match the script outside this
 #: package's own blocks (multi-line mode). A NeMo-Run that renames one would leave the guard's function reading an

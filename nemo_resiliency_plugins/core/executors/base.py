@@ -144,6 +144,20 @@ class ExecutorRules:
     def check_fault_tolerance(self, plugin: str) -> None:
         """Refuse, by name with the reason and the alternative, what cannot work here. Default: nothing."""
 
+    def add_spare_nodes(self, spares: int, *, plugin: str, field: str) -> None:
+        """Hold ``spares`` nodes more than the job trains on, as NVRx hot spares. Only Slurm implements it."""
+        raise ResiliencyConfigError(
+            plugin,
+            field,
+            spares,
+            "0 off Slurm",
+            detail=(
+                f"a hot spare is a node of the job's own allocation that runs NVRx's launcher without training, "
+                f"ready to take a lost node's place; NeMo-Run's {self.label} has no such allocation (run.SlurmExecutor "
+                "has; elsewhere a lost node is replaced by the platform's own restart)"
+            ),
+        )
+
     def group_rank(self) -> str | None:
         """The ``GROUP_RANK`` the plugin sets, or None to leave it alone.
 

@@ -18,6 +18,8 @@ from nemo_resiliency_plugins.errors import ResiliencyConfigError
 HEREDOC_MARKER = "NRP_FILE_EOF"
 #: The rendezvous ports a multi-node job gets (:meth:`SlurmRules.own_rendezvous_port`): 20000-28999.
 RDZV_PORT_BASE, RDZV_PORT_SPAN = 20000, 9000
+#: How many of the job's nodes are hot spares (read by ``sbatch/spare_nodes.sh``).
+SPARE_NODES_ENV = "NRP_SPARE_NODES"
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +87,50 @@ class SlurmRules(ExecutorRules):
             plugin,
             launcher.rdzv_port,
             default,
+        )
+
+    def add_spare_nodes(self, spares: int, *, plugin: str, field: str) -> None:
+        """The allocation grows by ``spares`` nodes; srun keeps the step when one node's task dies
+        (``--kill-on-bad-exit=0 --wait=0`` after NeMo-Run's ``--kill-on-bad-exit=1 --wait=60``: the last flag wins);
+        ``NRP_SPARE_NODES`` tells the sbatch block (``sbatch/spare_nodes.sh``) how many of the nodes are spares, so
+        that ft_launcher gets ``--nnodes <active>:<all>``. A saved experiment's executor, already grown, is left
+        as it is (the env var says so)."""
+        executor = self.executor
+        env = executor.env_vars
+        if env.get(SPARE_NODES_ENV) == str(spares):
+            return
+        if SPARE_NODES_ENV in env:
+            raise ResiliencyConfigError(
+                plugin,
+                field,
+                spares,
+                detail=f"the executor already holds {env[SPARE_NODES_ENV]} spare node(s) ({SPARE_NODES_ENV}); set one",
+            )
+        step_flags = ("--kill-on-bad-exit", "-K", "--wait", "-W")
+        user = [a for a in executor.srun_args or [] if str(a).split("=")[0] in step_flags]
+        if user:
+            raise ResiliencyConfigError(
+                plugin,
+                field,
+                spares,
+                detail=(
+                    f"executor.srun_args has {' '.join(map(str, user))}; a spare node needs the step to outlive a lost "
+                    "node's task (the plugin adds --kill-on-bad-exit=0 --wait=0): remove them"
+                ),
+            )
+        executor.srun_args = [*(executor.srun_args or []), "--kill-on-bad-exit=0", "--wait=0"]
+        active = self.nodes()
+        executor.nodes = active + spares
+        env[SPARE_NODES_ENV] = str(spares)
+        logger.info(
+            "%s: %d node(s) train, %d spare(s) wait: the allocation has %d nodes, ft_launcher gets --nnodes %d:%d, "
+            "srun keeps the step when one node dies",
+            plugin,
+            active,
+            spares,
+            active + spares,
+            active,
+            active + spares,
         )
 
     def job_dir_in_job(self) -> str | None:

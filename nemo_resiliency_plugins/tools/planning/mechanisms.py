@@ -80,6 +80,8 @@ def from_plugins(plugins: list[Any], params: RunParams, name: str = "yours") -> 
             job_retries=int(ft.num_job_retries_on_failure),
             checkpointing_timeout_s=None if checkpointing is None else float(checkpointing),
             saves_complete=saves_complete,
+            # NVRx hot spares: a lost node is replaced in the next rendezvous, as fast as an in-place restart
+            warm_reserve_nodes=int(getattr(ft, "spare_nodes", 0)),
         )
     pre = by_type.get("PreemptionPlugin")
     rerun = by_type.get("RerunStateMachinePlugin")

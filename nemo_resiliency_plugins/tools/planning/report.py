@@ -77,16 +77,18 @@ def recommendation_lines(report: PlanReport) -> list[str]:
         f"FaultTolerancePlugin(section_timeouts={{'setup': {t['setup']:.0f}, 'step': {t['step']:.0f}, "
         f"'checkpointing': {t['checkpointing']:.0f}}}, out_of_section_timeout={t['out_of_section']:.0f}, "
         f"workload_check_interval={r['workload_check_interval']:g}, num_in_job_restarts={r['num_in_job_restarts']}, "
-        f"num_job_retries_on_failure={r['num_job_retries_on_failure']}, calc_ft_timeouts=False)  "
+        f"num_job_retries_on_failure={r['num_job_retries_on_failure']}, calc_ft_timeouts=False"
+        + (f", spare_nodes={reserve['nodes']}" if reserve["pays_off"] else "")
+        + ")  "
         f"(timeouts = {r['safety_factor']:g} x the healthy time; restarts for "
         f"{r['expected_faults']:,.0f} expected faults)",
         f"PreemptionPlugin(preempt_time={r['preempt_time']})  (twice one step + one save); "
         "RerunStateMachinePlugin(rerun_mode='validate_results')",
         (
-            f"warm reserve: {reserve['nodes']} node(s) pay off: goodput over all GPUs held "
-            f"{reserve['goodput_with']:.3f} vs {reserve['goodput_without']:.3f} without"
+            f"spare nodes (FaultTolerancePlugin.spare_nodes, Slurm): {reserve['nodes']} node(s) pay off: goodput "
+            f"over all GPUs held {reserve['goodput_with']:.3f} vs {reserve['goodput_without']:.3f} without"
             if reserve["pays_off"]
-            else f"warm reserve: does not pay off ({reserve['nodes']} node(s): {reserve['goodput_with']:.3f} vs "
+            else f"spare nodes: do not pay off ({reserve['nodes']} node(s): {reserve['goodput_with']:.3f} vs "
             f"{reserve['goodput_without']:.3f} without)"
         ),
     ]

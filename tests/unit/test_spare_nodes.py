@@ -1,0 +1,134 @@
+"""FaultTolerancePlugin(spare_nodes=k) (issue 34): what the plugin does to a job, what it refuses, and the sbatch
+block's bash (``core/sbatch/spare_nodes.sh``) run by real bash.
+
+The block stands in for srun on the ft_launcher call; here a shell function stands in for Slurm's srun below it
+(it writes the launchers' lines into the step's log and returns srun's code), so the block's own logic is what is
+tested. The whole mechanism on the real local Slurm, NVRx and the reference workload:
+tests/slurm/test_fault_tolerance_slurm.py::test_a_spare_node_replaces_a_lost_node_inside_the_job.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from nemo_resiliency_plugins import FaultTolerancePlugin, ResiliencyConfigError
+from nemo_resiliency_plugins.core import slurm_script
+from tests.helpers import TRAIN, add_job, local, slurm
+from tests.unit.test_silent_node_evidence import E, I, line
+
+
+def _setup(executor, **ft):
+    import nemo_run as run
+
+    plugin = FaultTolerancePlugin(**ft)
+    plugin.setup(run.Script(path=TRAIN, entrypoint="python"), executor)
+    return executor
+
+
+def test_a_slurm_job_holds_the_spares_and_keeps_its_step_when_a_node_dies(tmp_path):
+    executor = _setup(slurm(tmp_path, srun_args=["--mpi=none"]), spare_nodes=1)
+    assert executor.nodes == 2  # 1 training node (slurm() makes a 1-node job) + 1 spare
+    assert executor.srun_args == ["--mpi=none", "--kill-on-bad-exit=0", "--wait=0"]
+    assert executor.env_vars["NRP_SPARE_NODES"] == "1"
+    guard, block = ("# nemo-resiliency-plugins: requeue guard", "# nemo-resiliency-plugins: spare nodes")
+    assert executor.setup_lines.index(guard) < executor.setup_lines.index(block)
+    # The silent-node watcher would take a waiting spare for a hung node: not set, and the log says why.
+    assert "NRP_SILENT_NODE_TIMEOUT" not in executor.env_vars
+
+
+def test_the_plugin_applied_again_leaves_a_grown_allocation_as_it_is(tmp_path):
+    """A saved experiment's executor already holds the spares: a second setup (a rerun) adds none."""
+    executor = _setup(_setup(slurm(tmp_path), spare_nodes=2), spare_nodes=2)
+    assert (executor.nodes, executor.srun_args.count("--wait=0")) == (3, 1)
+    assert executor.setup_lines.count("# nemo-resiliency-plugins: spare nodes") == 1
+    with pytest.raises(ResiliencyConfigError, match=r"already holds 2 spare node\(s\)"):
+        _setup(executor, spare_nodes=1)
+
+
+@pytest.mark.parametrize(
+    ("settings", "match"),
+    [
+        (dict(spare_nodes=-1), r"FaultTolerancePlugin.*spare_nodes.*-1"),
+        (dict(spare_nodes=1, num_in_job_restarts=0), r"spare_nodes = 1 .*0 while num_in_job_restarts=0"),
+    ],
+)
+def test_bad_spare_settings_name_the_field(settings, match):
+    with pytest.raises(ResiliencyConfigError, match=match):
+        FaultTolerancePlugin(**settings)
+
+
+def test_srun_flags_of_the_users_that_would_end_the_step_are_refused(tmp_path):
+    with pytest.raises(ResiliencyConfigError, match=r"spare_nodes.*executor.srun_args has --wait=30"):
+        _setup(slurm(tmp_path, srun_args=["--wait=30"]), spare_nodes=1)
+
+
+def test_off_slurm_spares_are_refused_with_the_reason():
+    import nemo_run as run
+
+    with pytest.raises(ResiliencyConfigError, match=r"spare_nodes.*1.*0 off Slurm.*run.SlurmExecutor has"):
+        add_job(run.Script(path=TRAIN, entrypoint="python"), local(), [FaultTolerancePlugin(spare_nodes=1)])
+
+
+# ----------------------------------------------------------------------------------------- the block's bash
+
+ZERO = "launcher.py:3753 Agent exits with exit code = 0."
+SPARE_DONE = "launcher.py:1694 Agent .run() returned None (hot spare or standby exited successfully)."
+FAILED = "Some rank(s) exited with non-zero exit code: {0: ProcessFailure(...)}. Agent's exit code = 1"
+
+
+def _step(tmp_path, lines: list[str], rc: int, nodes: int = 3, spares: int = 1) -> tuple[list[str], int, str]:
+    """Run the ft_launcher srun call of a ``nodes``-node job through the guard and the spare block; the stand-in
+    below them writes ``lines`` to the step's log and returns ``rc``. Returns (the arguments srun got, the code
+    the batch script sees, its output)."""
+    log, argv = tmp_path / "step.log", tmp_path / "argv"
+    log.write_text("")
+    stand_in = (
+        f'srun() {{ printf "%s\\n" "$@" > {argv}; printf "%s\\n" {" ".join(repr(x) for x in lines)} >> {log}; '
+        f"return {rc}; }}"
+    )
+    program = "\n".join(
+        [
+            f"TORCHX_MAX_RETRIES=0 SLURM_JOB_NUM_NODES={nodes} NRP_SPARE_NODES={spares} SLURM_JOB_ID=7",
+            slurm_script._CHAIN_HELPERS,
+            stand_in,
+            slurm_script._REQUEUE_GUARD,
+            slurm_script._SPARE_NODES,
+            f"srun --output {log} --wait=60 --kill-on-bad-exit=1 --kill-on-bad-exit=0 --wait=0 ft_launcher "
+            f"--rdzv-backend c10d --nnodes {nodes} --nproc-per-node 1 train.py --nnodes 9",
+            'echo "exitcode=$?"',
+        ]
+    )
+    done = subprocess.run(["bash", "-c", program], capture_output=True, text=True, timeout=30)
+    out = done.stdout.strip()
+    return argv.read_text().split("\n")[:-1], int(out.rsplit("exitcode=", 1)[1]), out
+
+
+def test_ft_launcher_gets_the_active_to_all_range_and_only_it(tmp_path):
+    args, code, _ = _step(tmp_path, [line("10,000", I, 0, ZERO)], rc=0, nodes=5, spares=2)
+    assert args[args.index("ft_launcher") :] == [
+        "ft_launcher", "--rdzv-backend", "c10d", "--nnodes", "3:5", "--nproc-per-node", "1", "train.py", "--nnodes", "9"
+    ]  # fmt: skip
+    assert code == 0
+
+
+def test_a_step_that_finished_after_a_replacement_is_a_finished_step(tmp_path):
+    """srun returns the killed node's 137; the two launchers left (the survivor, the spare that joined) exited 0."""
+    lines = [line("40,000", I, 0, ZERO), line("40,100", I, 2, ZERO)]
+    _, code, out = _step(tmp_path, lines, rc=137)
+    assert code == 0, out
+    assert "step exit code 137, but every launcher that ended says training finished" in out, out
+
+
+@pytest.mark.parametrize(
+    ("lines", "why"),
+    [
+        ([line("40,000", I, 0, ZERO), line("40,100", E, 2, FAILED)], "a launcher failed"),
+        ([line("40,000", I, 0, ZERO)], "fewer launchers ended well than train"),
+        ([line("40,000", I, 1, SPARE_DONE), line("40,000", I, 1, ZERO)], "only the spare ended well"),
+    ],
+)
+def test_a_failed_step_keeps_srun_s_code(tmp_path, lines, why):
+    _, code, out = _step(tmp_path, lines, rc=137)
+    assert code == 137, (why, out)
