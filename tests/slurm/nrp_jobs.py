@@ -219,3 +219,79 @@ def launcher_times(text: str, pattern: str = "") -> list[float]:
         if m and re.search(pattern, line):
             found.append(time.mktime(time.strptime(m.group(1), "%Y-%m-%d %H:%M:%S")) + int(m.group(2)) / 1000)
     return found
+
+
+# ------------------------------------------------------- a node of a running job, lost or frozen from outside
+
+
+def job_processes(job_id: str, node_id: str) -> dict[int, str]:
+    """pid -> node name of every process of Slurm job ``job_id`` on its ``node_id``-th node (SLURM_NODEID), read
+    from /proc/<pid>/environ: the task processes and everything they started (launcher, monitors, ranks)."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            raw = Path(f"/proc/{entry}/environ").read_bytes()
+        except OSError:
+            continue
+        env = dict(item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+        if (
+            env.get(b"SLURM_JOB_ID") == job_id.encode()
+            and env.get(b"SLURM_NODEID") == node_id.encode()
+            and env.get(b"SLURM_STEP_ID", b"batch") not in (b"batch", b"extern")
+        ):
+            found[int(entry)] = env.get(b"SLURMD_NODENAME", b"?").decode()
+    return found
+
+
+def signal_node_when(
+    job, attempt: int, pattern: str, sig: int, record: dict, node_id=lambda job: "1", timeout: float = 500
+) -> bool:
+    """Once attempt ``attempt``'s log matches ``pattern``, send ``sig`` to every process of the job on one of its
+    nodes (``node_id(job)``, SLURM_NODEID; by default the second node, the one running rank 1): SIGKILL is a node
+    that dies, SIGSTOP one that hangs as a whole. Records the node name, the pids and the time in ``record``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if re.search(pattern, job.attempt_logs().get(attempt, "")):
+            procs = job_processes(job.job_id, node_id(job))
+            for pid in procs:
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+            record.update(node=sorted(set(procs.values())), pids=sorted(procs), at=time.time())
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def store_pids(job) -> set[int]:
+    """The processes listening on the job's own c10d port (FaultTolerancePlugin gives each multi-node job one; the
+    launchers print it as their rdzv_endpoint): the ft_launcher that hosts the rendezvous TCPStore."""
+    import psutil
+
+    found = re.findall(r"rdzv_endpoint\s*: \S+:(\d+)", "\n".join(job.attempt_logs().values()))
+    assert found and len(set(found)) == 1, found  # the same port in every attempt, read from the launchers' lines
+    port = int(found[0])
+    return {c.pid for c in psutil.net_connections(kind="tcp") if c.status == "LISTEN" and c.laddr.port == port}
+
+
+def training_node_without_store(job) -> str:
+    """SLURM_NODEID of a node whose launcher runs a training rank and does not host the rendezvous store, the last
+    such node (the first one runs the batch script): the loss a spare can make good. Which nodes train and which
+    wait is decided by NVRx's rendezvous, so it is read from the processes."""
+    import psutil
+
+    listening = store_pids(job)
+    for node in ("2", "1", "0"):
+        procs = set(job_processes(job.job_id, node))
+        if not procs or procs & listening:
+            continue
+        for pid in procs:
+            try:
+                if "nemo_resiliency_plugins.testing.workload" in psutil.Process(pid).cmdline():
+                    return node
+            except psutil.Error:
+                continue
+    raise AssertionError(f"no training node without the store (store: {listening})")
