@@ -18,6 +18,7 @@ for drop-in compatibility and are used only with ``workload_style="heartbeats"``
 
 from __future__ import annotations
 
+import difflib
 import logging
 import math
 import os
@@ -124,6 +125,13 @@ class FaultTolerancePlugin(KnownKeywords, run.Plugin):
             hosts the rendezvous store: losing it ends the job (then the requeue path). A spare costs its nodes'
             time for the whole job.
 
+        nvrx_config: more keys of NVRx's ``FaultToleranceConfig`` for ft_launcher's config file, such as the node
+            checks NVRx runs before a node may (re)join a rendezvous (``enable_nic_healthcheck``,
+            ``enable_dist_storage_healthcheck`` with ``storage_healthcheck_path``, ``node_health_check_interval``,
+            ``check_remaining_processes``) or ``segment`` for NVLink-domain-aware spares. Each key is checked against
+            the installed NVRx's class (NVRx itself drops an unknown key without a word); keys the plugin writes from
+            its own fields (section timeouts, the check interval, ...) are refused with the field to set.
+
     Autoresume: a restart only saves work if Megatron Bridge resumes from what the run saved, and Megatron
     Bridge 0.6.2 resumes only from ``checkpoint.load``. Where the task shows ``checkpoint.save``, an unset
     ``checkpoint.load`` is set to it and a different one is refused (:mod:`nemo_resiliency_plugins.core.autoresume`).
@@ -157,6 +165,7 @@ class FaultTolerancePlugin(KnownKeywords, run.Plugin):
     silent_node_timeout: float | None = 60.0
     diagnostics: bool = False
     spare_nodes: int = 0
+    nvrx_config: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         check = Checker(type(self).__name__)
@@ -206,6 +215,7 @@ class FaultTolerancePlugin(KnownKeywords, run.Plugin):
             "silent_node_timeout", self.silent_node_timeout, min=3 * self.workload_check_interval, optional=True
         )
         check.integer("spare_nodes", self.spare_nodes, min=0)
+        self._check_nvrx_config(check)
         if self.spare_nodes and self.num_in_job_restarts == 0:
             check.fail(
                 "spare_nodes",
@@ -247,6 +257,36 @@ class FaultTolerancePlugin(KnownKeywords, run.Plugin):
                 "a positive number with workload_style='heartbeats'",
                 detail="a heartbeat-style workload with no heartbeat timeout has no hang detection",
             )
+
+    def _check_nvrx_config(self, check: Checker) -> None:
+        """Every key a field of the installed NVRx's FaultToleranceConfig that the plugin does not write itself, every
+        value a scalar: NVRx reads the file with ``ignore_not_recognized=True``, so a wrong key would do nothing."""
+        if self.nvrx_config is None:
+            return
+        if not isinstance(self.nvrx_config, dict):
+            check.fail("nvrx_config", self.nvrx_config, "a dict of NVRx FaultToleranceConfig keys to values, or None")
+        known, source = nvrx_launcher.config_keys()
+        for key, value in self.nvrx_config.items():
+            if not isinstance(key, str) or key not in known:
+                close = difflib.get_close_matches(str(key), sorted(known), n=1)
+                check.fail(
+                    "nvrx_config",
+                    key,
+                    "a field of NVRx's FaultToleranceConfig",
+                    detail=f"not one of the {len(known)} keys of {source}"
+                    + (f"; did you mean {close[0]!r}?" if close else "")
+                    + " (NVRx would drop it without a word)",
+                )
+            if key in nvrx_launcher.OWNED_CONFIG_KEYS:
+                check.fail(
+                    "nvrx_config",
+                    key,
+                    "a key the plugin does not write itself",
+                    detail=f"set FaultTolerancePlugin.{nvrx_launcher.OWNED_CONFIG_KEYS[key]} instead",
+                )
+            finite = not isinstance(value, float) or math.isfinite(value)
+            if value is not None and (type(value) not in (bool, int, float, str) or not finite):
+                check.fail(f"nvrx_config[{key!r}]", value, "a bool, int, float, string or None (one YAML scalar)")
 
     # ------------------------------------------------------------------------------------------- setup
 
@@ -312,6 +352,7 @@ class FaultTolerancePlugin(KnownKeywords, run.Plugin):
             out_of_section_timeout=self.out_of_section_timeout if not heartbeats else None,
             max_no_progress_cycles=self.max_no_progress_cycles,
             checkpoint_iteration_file=iteration_file,
+            extra=self.nvrx_config,
             plugin=name,
             **launcher_settings,
         )

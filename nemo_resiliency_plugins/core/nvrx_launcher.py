@@ -36,6 +36,34 @@ NO_RESTART_EXIT_CODE = 93
 #: Where NVRx defines it (read as source text: importing NVRx imports torch, which a launching host lacks).
 _NO_RESTART_SOURCE = ("fault_tolerance", "utils.py")
 _NO_RESTART_NAME = "DEFAULT_NO_RESTART_EXIT_CODE"
+#: NVRx's ``FaultToleranceConfig`` (``fault_tolerance/config.py``): the keys ft_launcher's config file may hold. NVRx
+#: reads the file with ``ignore_not_recognized=True``, so a misspelt key is dropped without a word: the plugin
+#: checks every extra key against the installed class's own fields, read as source text like the exit code above.
+_CONFIG_SOURCE = ("fault_tolerance", "config.py")
+_CONFIG_CLASS = "FaultToleranceConfig"
+#: NVRx 0.7.0's fields, for a launching host without NVRx (pinned by tests/unit/test_nvrx_config_keys.py).
+TESTED_CONFIG_KEYS = frozenset(
+    """workload_check_interval initial_rank_heartbeat_timeout rank_heartbeat_timeout rank_section_timeouts
+    rank_out_of_section_timeout node_health_check_interval safety_factor rank_termination_signal log_level
+    restart_check_interval enable_nic_monitor enable_nic_healthcheck enable_dist_storage_healthcheck
+    storage_healthcheck_path pci_topo_file link_down_path_template link_state_path_template skip_section_response
+    segment numa_bind_strict gpu_memory_reclaim_timeout gpu_memory_tolerance_mb gpu_memory_poll_interval
+    check_remaining_processes max_no_progress_cycles min_progress_iterations checkpoint_iteration_file
+    install_exception_hook num_warmup_iterations attribution_endpoint attribution_stop_action
+    attribution_export_url cycle_info_dir segment_health_check_dir""".split()
+)
+#: Keys the plugin writes from its own fields: set those fields instead.
+OWNED_CONFIG_KEYS = {
+    "rank_section_timeouts": "section_timeouts",
+    "rank_out_of_section_timeout": "out_of_section_timeout",
+    "initial_rank_heartbeat_timeout": "initial_rank_heartbeat_timeout",
+    "rank_heartbeat_timeout": "rank_heartbeat_timeout",
+    "workload_check_interval": "workload_check_interval",
+    "rank_termination_signal": "rank_termination_signal",
+    "log_level": "log_level",
+    "max_no_progress_cycles": "max_no_progress_cycles",
+    "checkpoint_iteration_file": "checkpoint_dir",
+}
 
 
 @functools.lru_cache(maxsize=1)
@@ -43,13 +71,9 @@ def no_restart_exit_code() -> tuple[int, str]:
     """(NVRx's no-restart exit code, where it came from): read from the installed NVRx's source without importing
     it; the tested value (NVRx 0.7.0) when NVRx is not installed here. An installed NVRx that no longer defines it
     as a plain integer is reported in the second item, and the tested value is kept."""
-    try:
-        spec = importlib.util.find_spec("nvidia_resiliency_ext")
-    except (ImportError, ValueError):
-        spec = None
-    if spec is None or not spec.submodule_search_locations:
+    path = _installed_nvrx_file(_NO_RESTART_SOURCE)
+    if path is None:
         return NO_RESTART_EXIT_CODE, f"NVRx is not installed here: the tested NVRx 0.7.0's {NO_RESTART_EXIT_CODE}"
-    path = Path(next(iter(spec.submodule_search_locations)), *_NO_RESTART_SOURCE)
     try:
         tree = ast.parse(path.read_text())
     except (OSError, SyntaxError) as err:
@@ -66,6 +90,40 @@ def no_restart_exit_code() -> tuple[int, str]:
         f"the installed NVRx has no integer {_NO_RESTART_NAME} in {path} (tested: NVRx 0.7.0): "
         f"kept {NO_RESTART_EXIT_CODE}"
     )
+
+
+def _installed_nvrx_file(parts: tuple[str, str]) -> Path | None:
+    try:
+        spec = importlib.util.find_spec("nvidia_resiliency_ext")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)), *parts)
+
+
+@functools.lru_cache(maxsize=1)
+def config_keys() -> tuple[frozenset[str], str]:
+    """(the keys NVRx's config file may hold, where they came from): the installed NVRx's ``FaultToleranceConfig``
+    fields, read from its source without importing it; NVRx 0.7.0's where NVRx is not installed here or its class
+    cannot be read."""
+    path = _installed_nvrx_file(_CONFIG_SOURCE)
+    if path is None:
+        return TESTED_CONFIG_KEYS, "NVRx is not installed here: the tested NVRx 0.7.0's keys"
+    try:
+        tree = ast.parse(path.read_text())
+    except (OSError, SyntaxError) as err:
+        return TESTED_CONFIG_KEYS, f"cannot read {path} ({err}): the tested NVRx 0.7.0's keys"
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == _CONFIG_CLASS:
+            keys = {
+                item.target.id
+                for item in node.body
+                if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
+            }
+            if keys:
+                return frozenset(keys), f"NVRx's {_CONFIG_CLASS} in {path}"
+    return TESTED_CONFIG_KEYS, f"no {_CONFIG_CLASS} with fields in {path}: the tested NVRx 0.7.0's keys"
 
 
 def launcher(
@@ -105,8 +163,11 @@ def config_file(
     rank_heartbeat_timeout: float | None,
     plugin: str,
     checkpoint_iteration_file: str | None = None,
+    extra: Mapping[str, bool | int | float | str | None] | None = None,
 ) -> str:
-    """The NVRx fault-tolerance YAML. Every value is a validated number or identifier, written literally."""
+    """The NVRx fault-tolerance YAML. Every value is a validated number or identifier, written literally; ``extra``
+    holds more of NVRx's keys (checked by the plugin against :func:`config_keys`), each value a JSON scalar, which
+    is a YAML scalar of the same value."""
     lines = [
         f"# Written by nemo-resiliency-plugins {plugin} for NVRx ft_launcher (read through {CONFIG_PATH_ENV}).",
         "fault_tolerance:",
@@ -126,6 +187,8 @@ def config_file(
     if checkpoint_iteration_file is not None:
         # A JSON string is a YAML double-quoted scalar: any path is written exactly, nothing in it is interpreted.
         lines.append(f"  checkpoint_iteration_file: {json.dumps(checkpoint_iteration_file)}")
+    for key, value in (extra or {}).items():
+        lines.append(f"  {key}: {json.dumps(value)}")
     return "\n".join(lines) + "\n"
 
 
