@@ -28,6 +28,7 @@ import datetime as dt
 import os
 import re
 import signal
+import statistics
 import sys
 import tempfile
 import threading
@@ -113,9 +114,9 @@ def main() -> None:
     medians = {}
     for variant in VARIANTS:
         lost = sorted(r["lost_s"] for r in rows if r["variant"] == variant and r["lost_s"] is not None)
-        medians[variant] = lost[len(lost) // 2] if lost else None
+        medians[variant] = statistics.median(lost) if lost else None
         requeues = [r["requeues"] for r in rows if r["variant"] == variant]
-        print(f"| {variant} | {len(lost)} | {', '.join(f'{x:.0f}' for x in lost)} | {medians[variant]} | {requeues} |")
+        print(f"| {variant} | {len(lost)} | {', '.join(f'{x:.0f}' for x in lost)} | {medians[variant] if medians[variant] is None else round(medians[variant], 1)} | {requeues} |")
     if medians["spare"] and medians["requeue"]:
         print(f"\nspare / requeue (median time lost): {medians['spare'] / medians['requeue']:.2f}")
 
