@@ -93,6 +93,10 @@ def one(slurm: LocalSlurm, variant: str, work: Path) -> dict:
     return dict(variant=variant, state=res.state, requeues=res.restarts, node=killed.get("node"), lost_s=lost)
 
 
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=2)
@@ -116,7 +120,8 @@ def main() -> None:
         lost = sorted(r["lost_s"] for r in rows if r["variant"] == variant and r["lost_s"] is not None)
         medians[variant] = statistics.median(lost) if lost else None
         requeues = [r["requeues"] for r in rows if r["variant"] == variant]
-        print(f"| {variant} | {len(lost)} | {', '.join(f'{x:.0f}' for x in lost)} | {medians[variant] if medians[variant] is None else round(medians[variant], 1)} | {requeues} |")
+        each = ", ".join(f"{x:.0f}" for x in lost)
+        print(f"| {variant} | {len(lost)} | {each} | {_seconds(medians[variant])} | {requeues} |")
     if medians["spare"] and medians["requeue"]:
         print(f"\nspare / requeue (median time lost): {medians['spare'] / medians['requeue']:.2f}")
 
