@@ -290,8 +290,22 @@ def training_node_without_store(job) -> str:
             continue
         for pid in procs:
             try:
-                if "nemo_resiliency_plugins.testing.workload" in psutil.Process(pid).cmdline():
+                if runs_module(psutil.Process(pid).cmdline(), WORKLOAD):
                     return node
             except psutil.Error:
                 continue
     raise AssertionError(f"no training node without the store (store: {listening})")
+
+
+WORKLOAD = "nemo_resiliency_plugins.testing.workload"
+
+
+def runs_module(cmdline: list[str], module: str) -> bool:
+    """Whether ``cmdline`` is a Python interpreter running ``module`` (``python [options] -m module ...``): a rank.
+    Not any process that names it: ft_launcher's command line ends with ``-m <module>`` too (on a waiting spare
+    as well), and so do the rank monitors it forks (a fork keeps the parent's command line)."""
+    args = cmdline[1:]
+    i = 0
+    while i < len(args) and args[i].startswith("-") and args[i] != "-m":
+        i += 1
+    return i + 1 < len(args) and args[i] == "-m" and args[i + 1] == module

@@ -520,6 +520,7 @@ def test_a_spare_node_replaces_a_lost_node_inside_the_job(jobs):
     killed = jobs["spare-killed"]
     logs = job.logs()
     assert killed.get("pids") and len(killed["node"]) == 1, (killed, logs[-8000:])
+    assert "Cycle: 1 Event: failure_detected" in logs, "no training node was lost"
     assert (res.state, res.exit_code, res.restarts) == ("COMPLETED", 0, 0), (res.record, logs[-8000:])
     assert list(job.attempt_logs()) == [0], "requeued"
     script = job.sbatch_script()
