@@ -48,7 +48,6 @@ from tests.slurm.nrp_jobs import (
     signal_node_when,
     store_pids,
     submit,
-    training_node_without_store,
 )
 from tests.slurm_fixture import REQUEUE_RELEASE_DELAY, TERMINAL_STATES
 
@@ -77,10 +76,6 @@ def _store_host_node(job) -> str:
         if listening & set(job_processes(job.job_id, node)):
             return node
     return "1"
-
-
-def _lose_a_training_node(job, killed: dict) -> None:
-    signal_node_when(job, 0, r"CHECKPOINT saved step=5\b", signal.SIGKILL, killed, training_node_without_store)
 
 
 def _lose_then_freeze_a_node(job, killed: dict, frozen: dict) -> None:
@@ -119,15 +114,6 @@ def jobs(local_slurm, tmp_path_factory):
         ),
         # One rank per node on 2 of the cluster's nodes; the node of rank 1 is lost (killed from outside), then
         # the node rank 1 was moved to hangs as a whole. No in-job restart: each failure is a requeue.
-        # Issue 34. Two training nodes and one hot spare (3 nodes); a training node that does not host the
-        # rendezvous store is lost after the step-5 checkpoint (killed from outside): the spare takes its place in
-        # the same job, no requeue.
-        "spare": dict(
-            env={"NRP_STEP_TIME": "0.3", "NVRX_ENABLE_MULTI_LAUNCHERS_PER_NODE": "1"},
-            ft=_ft(num_in_job_restarts=2, num_job_retries_on_failure=1, calc_ft_timeouts=False, spare_nodes=1),
-            nodes=2,
-            ntasks_per_node=1,
-        ),
         "two-nodes": dict(
             # The cluster's nodes share one host (one address): NVRx's rendezvous would take the two launchers for
             # a misconfiguration on one node unless told that this is a simulation of several nodes.
@@ -175,23 +161,16 @@ def jobs(local_slurm, tmp_path_factory):
         target=_lose_then_freeze_a_node, args=(submitted["two-nodes"][0], killed, frozen), daemon=True
     )
     killer.start()
-    spare_killed: dict = {}
-    spare_killer = threading.Thread(
-        target=_lose_a_training_node, args=(submitted["spare"][0], spare_killed), daemon=True
-    )
-    spare_killer.start()
     with ThreadPoolExecutor(len(submitted)) as pool:  # each wait lifts its own job's requeue hold
         waits = {name: pool.submit(local_slurm.wait, job.job_id, timeout=600) for name, (job, _) in submitted.items()}
         results = {name: (*submitted[name], waits[name].result()) for name in submitted}
     killer.join(timeout=5)
-    spare_killer.join(timeout=5)
     for pid in frozen.get("pids", []):  # ended with the step; never left stopped, whatever happened
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
     results["two-nodes-killed"], results["two-nodes-frozen"] = killed, frozen
-    results["spare-killed"] = spare_killed
     print(
         f"\nFT Slurm jobs: {time.monotonic() - t0:.0f} s for all {len(submitted)}; node killed: {killed}; "
         f"node frozen: {frozen}"
@@ -505,36 +484,3 @@ def test_report_of_the_two_node_job(jobs):
     assert job.guard[0].startswith(f"node {lost} failed first") and "excludes" in job.guard[0], job.guard
     assert any(line.startswith(f"node {hung} went silent") for line in job.guard), job.guard
     assert job.guard[-1].endswith("finished, not requeued"), job.guard
-
-
-# ----------------------------------------------------------------- issue 34: a lost node replaced inside the job
-
-
-def test_a_spare_node_replaces_a_lost_node_inside_the_job(jobs):
-    """FaultTolerancePlugin(spare_nodes=1) on a 2-node job: 3 nodes, ft_launcher --nnodes 2:3. Every process of a
-    training node is killed after the step-5 checkpoint; the spare joins the next rendezvous in the same Slurm job
-    (no requeue: one run, restart count 0), training resumes from step 5 with the same world size and ends with the
-    fault-free parameters; srun's code for the dead task does not make the guard requeue a finished job."""
-    baseline = finished_hash(jobs["fault-free"][0].logs())
-    job, save, res = jobs["spare"]
-    killed = jobs["spare-killed"]
-    logs = job.logs()
-    assert killed.get("pids") and len(killed["node"]) == 1, (killed, logs[-8000:])
-    assert "Cycle: 1 Event: failure_detected" in logs, "no training node was lost"
-    assert (res.state, res.exit_code, res.restarts) == ("COMPLETED", 0, 0), (res.record, logs[-8000:])
-    assert list(job.attempt_logs()) == [0], "requeued"
-    script = job.sbatch_script()
-    assert "#SBATCH --nodes=3" in script and "--kill-on-bad-exit=0 --wait=0" in script
-    assert re.search(r"min_nodes\s*: 2\b", logs) and re.search(r"max_nodes\s*: 3\b", logs), logs[-8000:]
-    # The spare's launcher was given an active rank in the second round: three launchers took part.
-    rounds = re.findall(r"infra:(\d+)\(\S*\)\] \S+ Assigned active rank (\d+) \(round=(\d+)\)", logs)
-    assert {task for task, _, rnd in rounds if rnd == "0"} != {task for task, _, rnd in rounds if rnd == "1"}, rounds
-    assert len({task for task, _, _ in rounds}) == 3, rounds
-    assert f"srun: error: {killed['node'][0]}: task" in logs, logs[-8000:]
-    assert "a node was lost and a spare took its place): the step finished" in logs, logs[-8000:]
-    assert "finished, not requeued" in logs, logs[-8000:]
-    report = _report(job)
-    assert (report.requeues, report.restarts, report.finished) == (0, 1, True), report.rows
-    assert report.rows[1].resumed_from == 5
-    assert re.findall(r"RESUMED from step 5\b", logs), logs[-8000:]
-    assert finished_hash(logs) == baseline
