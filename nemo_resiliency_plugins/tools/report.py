@@ -30,7 +30,7 @@ import dataclasses
 import datetime as dt
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from nemo_resiliency_plugins.tools.report_flight import flight_report
 from nemo_resiliency_plugins.tools.report_stacks import is_dump_line, rank_stacks
@@ -275,7 +275,7 @@ def parse_attempt(text: str, attempt: int = 0, log: str = "") -> AttemptReport:
     dumps: dict[int, list[str]] = {}  # per cycle: the ranks' stack-dump lines (diagnostics=True)
     peer_lost: dict[int, set[tuple[str | None, int]]] = {}  # per cycle: (srun task, local rank) that lost a peer
     # per cycle: each exit torch's agents logged, in log order: ((srun task, local rank), code, global rank, detected)
-    exit_lines: dict[int, list[tuple[tuple[str | None, int], int, int | None, bool]]] = {}
+    exit_lines: dict[int, list[_Exit]] = {}
     # Several launchers (one per node) may share the log: a worker's global rank is its launcher's group rank (NVRx's
     # events name the launcher as <host>_<pid>_<n> with its Rank) times the ranks per node, plus its local rank.
     group_rank: dict[str, int] = {}  # launcher pid -> its group rank, the latest NVRx event of it said
@@ -340,7 +340,7 @@ def parse_attempt(text: str, attempt: int = 0, log: str = "") -> AttemptReport:
             known = nproc is not None and len(group_rank) <= 1
             for local, code in _FAILURE.findall(line):
                 rank = next(iter(group_rank.values()), 0) * nproc + int(local) if known else None
-                exit_lines[cur].append(((task.group(1) if task else None, int(local)), int(code), rank, False))
+                exit_lines[cur].append(_Exit((task.group(1) if task else None, int(local)), int(code), rank, False))
             continue
         if row.detected_by is None and (found := _detection(line)):
             row.detected_by, row.open_s = found
@@ -356,7 +356,7 @@ def parse_attempt(text: str, attempt: int = 0, log: str = "") -> AttemptReport:
             task = _SRUN_TASK.match(line)
             global_rank = _global_rank(line, int(m.group(2)), group_rank, nproc)
             exit_lines.setdefault(cur, []).append(
-                ((task.group(1) if task else None, int(m.group(2))), code, global_rank, row.detected_by is None)
+                _Exit((task.group(1) if task else None, int(m.group(2))), code, global_rank, row.detected_by is None)
             )
             if row.exit_code is None:
                 row.exit_code = int(m.group(1))
@@ -422,32 +422,41 @@ def parse_attempt(text: str, attempt: int = 0, log: str = "") -> AttemptReport:
     )
 
 
+class _Exit(NamedTuple):
+    """One worker exit torch's agent (or NVRx's final list) logged in a cycle."""
+
+    key: tuple[str | None, int]  # (srun task, local rank): matched against the ranks that logged a lost peer
+    code: int
+    rank: int | None  # global rank, where known
+    detected: bool  # this exit set the row's detected_by
+
+
 def _exit_how(code: int) -> str:
     return f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
 
 
 def _name_the_cause(
     row: CycleRow,
-    exits: list[tuple[tuple[str | None, int], int, int | None, bool]],
+    exits: list[_Exit],
     peer_lost: set[tuple[str | None, int]],
 ) -> None:
     """When the first exit a cycle's log names is a rank that had logged a peer's lost connection, it failed because
     another rank did: a later exit of the cycle that is not such a consequence (another node's launcher logged it, or
     NVRx's list of every failure when it gives up) is named instead; with none (torch's agent names one failure per
     poll, and the poll saw both), the row says so."""
-    (key, code, _, was_detection), rest = exits[0], exits[1:]
-    if code < 0 or key not in peer_lost:
+    first, rest = exits[0], exits[1:]
+    if first.code < 0 or first.key not in peer_lost:
         return
     # Not SIGTERM: torch's agent stops the other workers with it, and NVRx's list counts them among the failures.
-    cause = next((e for e in rest if e[1] != -15 and (e[1] < 0 or e[0] not in peer_lost)), None)
+    cause = next((e for e in rest if e.code != -15 and (e.code < 0 or e.key not in peer_lost)), None)
     if cause is None:
         row.exit_after_peer = True
-        if was_detection:
-            row.detected_by = f"rank {_exit_how(code)}{PEER_NOTE}"
+        if first.detected:
+            row.detected_by = f"rank {_exit_how(first.code)}{PEER_NOTE}"
         return
-    row.exit_code = cause[1]
-    if was_detection:
-        row.detected_by, row.detected_on_rank = f"rank {_exit_how(cause[1])}", cause[2]
+    row.exit_code = cause.code
+    if first.detected:
+        row.detected_by, row.detected_on_rank = f"rank {_exit_how(cause.code)}", cause.rank
 
 
 def _global_rank(line: str, local_rank: int, group_rank: dict[str, int], nproc: int | None) -> int:

@@ -104,6 +104,7 @@ class SlurmRules(ExecutorRules):
                 plugin,
                 field,
                 spares,
+                f"the executor's own count, {env[SPARE_NODES_ENV]}",
                 detail=f"the executor already holds {env[SPARE_NODES_ENV]} spare node(s) ({SPARE_NODES_ENV}); set one",
             )
         step_flags = ("--kill-on-bad-exit", "-K", "--wait", "-W")
@@ -113,6 +114,7 @@ class SlurmRules(ExecutorRules):
                 plugin,
                 field,
                 spares,
+                "0 while executor.srun_args sets --kill-on-bad-exit or --wait",
                 detail=(
                     f"executor.srun_args has {' '.join(map(str, user))}; a spare node needs the step to outlive a lost "
                     "node's task (the plugin adds --kill-on-bad-exit=0 --wait=0): remove them"
