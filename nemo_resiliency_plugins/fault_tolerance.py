@@ -123,8 +123,8 @@ class FaultTolerancePlugin(KnownKeywords, run.Plugin):
             queue wait. The requeue path (``num_job_retries_on_failure``, ``exclude_failed_nodes``) takes over when
             the spares or the restarts are used up. The first node of the allocation runs the sbatch script and
             hosts the rendezvous store: losing it ends the job (then the requeue path). A spare costs its nodes'
-            time for the whole job. Experimental: NVRx 0.7.0's rendezvous can give two launchers the same active
-            rank when they join within milliseconds (a warning at set-up; the multi-node docs page says more).
+            time for the whole job. Each launcher is told whether it hosts the rendezvous store (only the first
+            node does): the store host alone closes a rendezvous round and hands out the active ranks.
 
         nvrx_config: more keys of NVRx's ``FaultToleranceConfig`` for ft_launcher's config file, such as the node
             checks NVRx runs before a node may (re)join a rendezvous (``enable_nic_healthcheck``,

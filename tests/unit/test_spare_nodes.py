@@ -110,7 +110,26 @@ def test_ft_launcher_gets_the_active_to_all_range_and_only_it(tmp_path):
     assert args[args.index("ft_launcher") :] == [
         "ft_launcher", "--rdzv-backend", "c10d", "--nnodes", "3:5", "--nproc-per-node", "1", "train.py", "--nnodes", "9"
     ]  # fmt: skip
+    assert args[args.index("ft_launcher") - 3 : args.index("ft_launcher") - 1] == ["bash", "-c"]
     assert code == 0
+
+
+@pytest.mark.parametrize(("node_id", "is_host"), [("0", "1"), ("1", "0"), ("2", "0")])
+def test_only_the_first_node_s_launcher_hosts_the_rendezvous_store(tmp_path, node_id, is_host):
+    """srun runs the per-node shim the block puts ahead of ft_launcher: the first node of the allocation (NeMo-Run's
+    rendezvous endpoint) says is_host=1, every other node is_host=0, whatever their addresses (on the local Slurm,
+    all nodes share one host, and NVRx's own address match made each launcher a store host). Run here by real bash
+    with Slurm's per-task SLURM_NODEID and a stand-in ft_launcher on PATH that prints its arguments."""
+    args, _, _ = _step(tmp_path, [line("10,000", I, 0, ZERO)], rc=0)
+    shim_at = args.index("bash")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ft_launcher").write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
+    (bin_dir / "ft_launcher").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_NODEID": node_id}
+    done = subprocess.run(args[shim_at:], capture_output=True, text=True, env=env, timeout=30, check=True)
+    given = done.stdout.split("\n")
+    assert given[:6] == ["--rdzv-conf", f"is_host={is_host}", "--rdzv-backend", "c10d", "--nnodes", "2:3"], given
 
 
 def test_a_step_that_finished_after_a_replacement_is_a_finished_step(tmp_path):

@@ -124,13 +124,6 @@ class SlurmRules(ExecutorRules):
         active = self.nodes()
         executor.nodes = active + spares
         env[SPARE_NODES_ENV] = str(spares)
-        logger.warning(
-            "%s: spare nodes are experimental: NVRx 0.7.0's barrier rendezvous can give two launchers the same active "
-            "rank when more than the active count join within milliseconds of each other (each closes the round from "
-            "its own snapshot of the participants; seen once in nine 2+1-node jobs here, on the most loaded host): "
-            "that job starts with a duplicated rank. See the multi-node page, 'A lost node replaced inside the job'",
-            plugin,
-        )
         logger.info(
             "%s: %d node(s) train, %d spare(s) wait: the allocation has %d nodes, ft_launcher gets --nnodes %d:%d, "
             "srun keeps the step when one node dies",
