@@ -44,6 +44,17 @@ CRASH_STEP = 7  # after the checkpoint of step 5: every later cycle resumes from
 EXPERIMENT_LABEL = "nemo-run/experiment-id"  # NeMo-Run's label on each container it starts
 
 
+def experiment_containers(client, name: str) -> list[dict]:
+    """Every container of experiment ``name`` (NeMo-Run's experiment id is "<title>_<timestamp>"), as dockerd's
+    list gives it (Id, State, Labels), in one call.
+
+    Not docker-py's ``containers.list``: it lists the ids, then inspects each one, and an auto-removed container of
+    another test's job (every NeMo-Run container has the label) can vanish in between: ``404 No such container``
+    (seen in a loaded CI run)."""
+    listed = client.api.containers(all=True, filters={"label": EXPERIMENT_LABEL})
+    return [c for c in listed if (c.get("Labels") or {}).get(EXPERIMENT_LABEL, "").startswith(f"{name}_")]
+
+
 def _plugins(**ft) -> list:
     settings = dict(
         num_in_job_restarts=3,
@@ -87,22 +98,25 @@ class Running:
         docker-py's ``containers.run`` creates the container and then starts it: ``list(all=True)`` can return it
         in between, in state ``created``, where ``exec`` answers 409 "is not running" (seen in CI). So the wait is
         on dockerd's state, not on the container's existence."""
-        # NeMo-Run's experiment id is "<title>_<timestamp>"; the title is unique to this test.
+        import docker
+
+        # The experiment's title is unique to this test.
         deadline = time.monotonic() + 120  # packaging + container start: seconds, more on a loaded host
         seen = None
         while time.monotonic() < deadline:
-            for container in self.client.containers.list(all=True, filters={"label": EXPERIMENT_LABEL}):
-                if container.labels[EXPERIMENT_LABEL].startswith(f"{self.name}_"):
-                    seen = container
-                    if container.status == "running":
-                        return container
-                    if container.status in ("exited", "dead", "removing"):
-                        raise AssertionError(f"the container of {self.name} ended before it was seen running")
+            for listed in experiment_containers(self.client, self.name):
+                seen = listed["State"]
+                if seen == "running":
+                    try:
+                        return self.client.containers.get(listed["Id"])
+                    except docker.errors.NotFound:  # ended and auto-removed since the list: handled below
+                        seen = "removed"
+                if seen in ("exited", "dead", "removing", "removed"):
+                    raise AssertionError(f"the container of {self.name} ended before it was seen running ({seen})")
             if not self._runner.is_alive():
                 raise AssertionError(f"NeMo-Run's run ended before its container was seen running: {self.error!r}")
             time.sleep(0.2)
-        state = seen.status if seen is not None else "never created"
-        raise AssertionError(f"no running container of experiment {self.name} within 120 s ({state})")
+        raise AssertionError(f"no running container of experiment {self.name} within 120 s ({seen or 'never created'})")
 
     def _wait_removed(self) -> None:
         try:
@@ -240,9 +254,5 @@ def test_crash_loop_ends_with_the_no_restart_exit_and_docker_does_not_restart_it
     assert (report.rows[1].resumed_from, report.rows[1].checkpoints) == (5, [])
     # Not started again: dockerd removed the container (the wait above ended with its removal) and no container of
     # the experiment exists (auto-removed, no restart policy: nothing would create one).
-    left = [
-        c
-        for c in job.client.containers.list(all=True, filters={"label": EXPERIMENT_LABEL})
-        if c.labels[EXPERIMENT_LABEL].startswith("offslurm-crash-loop_")
-    ]
+    left = experiment_containers(job.client, "offslurm-crash-loop")
     assert left == [], left
