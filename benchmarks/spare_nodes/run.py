@@ -76,6 +76,7 @@ def one(slurm: LocalSlurm, variant: str, work: Path) -> dict:
     killer = threading.Thread(
         target=signal_node_when,
         args=(job, 0, r"CHECKPOINT saved step=5\b", signal.SIGKILL, killed, training_node_without_store),
+        kwargs=dict(choose_after=r"iteration\s+\d+/"),  # chosen once the ranks run
         daemon=True,
     )
     killer.start()

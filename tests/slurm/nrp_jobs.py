@@ -42,6 +42,7 @@ SUBMIT = textwrap.dedent(
         packager=run.Packager(),
         env_vars={"PATH": spec["venv_bin"] + ":/usr/local/bin:/usr/bin:/bin", **spec["env"]},
         setup_lines=spec.get("setup_lines"),
+        srun_args=spec.get("srun_args"),
     )
     launcher = spec.get("launcher")
     if isinstance(launcher, dict):  # a SlurmTemplate, e.g. Megatron Bridge's own bash -c wrapper
@@ -133,6 +134,7 @@ def submit(
     straggler: dict[str, Any] | None = None,
     setup_lines: str | None = None,
     launcher: str | dict[str, Any] | None = None,
+    srun_args: list[str] | None = None,
 ) -> SubmittedJob:
     home = tmp_path / "nemorun_home"
     home.mkdir(exist_ok=True)
@@ -150,6 +152,7 @@ def submit(
         straggler=straggler,
         setup_lines=setup_lines,
         launcher=launcher,
+        srun_args=srun_args,
     )
     p = subprocess.run(
         [sys.executable, "-c", SUBMIT, json.dumps(spec)],
@@ -246,24 +249,52 @@ def job_processes(job_id: str, node_id: str) -> dict[int, str]:
 
 
 def signal_node_when(
-    job, attempt: int, pattern: str, sig: int, record: dict, node_id=lambda job: "1", timeout: float = 500
+    job,
+    attempt: int,
+    pattern: str,
+    sig: int,
+    record: dict,
+    node_id=lambda job: "1",
+    timeout: float = 500,
+    choose_after: str | None = None,
 ) -> bool:
     """Once attempt ``attempt``'s log matches ``pattern``, send ``sig`` to every process of the job on one of its
     nodes (``node_id(job)``, SLURM_NODEID; by default the second node, the one running rank 1): SIGKILL is a node
-    that dies, SIGSTOP one that hangs as a whole. Records the node name, the pids and the time in ``record``."""
+    that dies, SIGSTOP one that hangs as a whole. Records the node name, the pids and the time in ``record``.
+
+    ``choose_after``: a pattern of the same log after which the node and its processes are chosen ahead of
+    ``pattern``. Choosing reads every process's environment (and, for :func:`training_node_without_store`, the
+    host's sockets): seconds on a loaded host, longer than the few steps between ``pattern`` and the next
+    checkpoint; chosen ahead, the signal follows ``pattern`` within one 0.1 s poll. Processes of that node that
+    started after the choice (none are expected once its ranks run) are signalled in a second pass."""
     deadline = time.monotonic() + timeout
+    chosen: tuple[str, dict[int, str]] | None = None
     while time.monotonic() < deadline:
-        if re.search(pattern, job.attempt_logs().get(attempt, "")):
-            procs = job_processes(job.job_id, node_id(job))
-            for pid in procs:
-                try:
-                    os.kill(pid, sig)
-                except ProcessLookupError:
-                    pass
-            record.update(node=sorted(set(procs.values())), pids=sorted(procs), at=time.time())
+        text = job.attempt_logs().get(attempt, "")
+        if chosen is None and choose_after is not None and re.search(choose_after, text):
+            node = node_id(job)
+            chosen = (node, job_processes(job.job_id, node))
+        if re.search(pattern, text):
+            node, procs = chosen if chosen is not None else (node_id(job), {})
+            procs = procs or job_processes(job.job_id, node)
+            at = _signal(procs, sig)
+            procs.update(late := {p: n for p, n in job_processes(job.job_id, node).items() if p not in procs})
+            _signal(late, sig)
+            record.update(node=sorted(set(procs.values())), pids=sorted(procs), at=at)
             return True
         time.sleep(0.1)
     return False
+
+
+def _signal(procs: dict[int, str], sig: int) -> float:
+    """Send ``sig`` to each pid (one already gone is skipped); the time it was sent."""
+    at = time.time()
+    for pid in procs:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+    return at
 
 
 def store_pids(job) -> set[int]:

@@ -21,6 +21,9 @@ Issue 18's life-of-a-job cases run in the same batch of jobs (all submitted toge
   excluding the hung node -> finishes with the fault-free run's parameters. The hung node is the one hosting the
   rendezvous store: the healthy launcher then blocks in a TCPStore call for good, and only the guard's watchdog
   (``silent_node_timeout``) ends the step.
+* issue 34, a 2-node job with one hot spare (3 nodes, ``ft_launcher --nnodes 2:3``): every process of a training
+  node that does not host the rendezvous store is SIGKILLed after the step-5 checkpoint -> the spare joins the next
+  rendezvous in the same Slurm job (no requeue) -> resumes from step 5 with the same world size.
 
 The faulty runs' final parameters must equal the fault-free run's, bit for bit.
 """
@@ -48,6 +51,7 @@ from tests.slurm.nrp_jobs import (
     signal_node_when,
     store_pids,
     submit,
+    training_node_without_store,
 )
 from tests.slurm_fixture import REQUEUE_RELEASE_DELAY, TERMINAL_STATES
 
@@ -78,11 +82,29 @@ def _store_host_node(job) -> str:
     return "1"
 
 
+#: The ranks of the attempt run (a training_log line): the node to signal can be chosen ahead of its trigger.
+RANKS_RUN = r"iteration\s+\d+/"
+
+
+def _lose_a_training_node(job, killed: dict) -> None:
+    signal_node_when(
+        job,
+        0,
+        r"CHECKPOINT saved step=5\b",
+        signal.SIGKILL,
+        killed,
+        training_node_without_store,
+        choose_after=RANKS_RUN,  # the training nodes are known once the ranks run
+    )
+
+
 def _lose_then_freeze_a_node(job, killed: dict, frozen: dict) -> None:
-    if signal_node_when(job, 0, r"CHECKPOINT saved step=5\b", signal.SIGKILL, killed):
+    if signal_node_when(job, 0, r"CHECKPOINT saved step=5\b", signal.SIGKILL, killed, choose_after=RANKS_RUN):
         # The node hosting the store: the case where the healthy launcher blocks for good and only the guard's
         # watchdog ends the step (the other case, srun ending it, is replayed in test_silent_node_evidence.py).
-        signal_node_when(job, 1, r"CHECKPOINT saved step=10\b", signal.SIGSTOP, frozen, _store_host_node)
+        signal_node_when(
+            job, 1, r"CHECKPOINT saved step=10\b", signal.SIGSTOP, frozen, _store_host_node, choose_after=RANKS_RUN
+        )
 
 
 @pytest.fixture(scope="module")
@@ -109,6 +131,26 @@ def jobs(local_slurm, tmp_path_factory):
         "two-node-crash-loop": dict(
             env={**crash_loop, "NVRX_ENABLE_MULTI_LAUNCHERS_PER_NODE": "1"},
             ft=_ft(num_in_job_restarts=3, max_no_progress_cycles=1, num_job_retries_on_failure=2),
+            nodes=2,
+            ntasks_per_node=1,
+        ),
+        # Issue 32. A 2-node step Slurm refuses to create (more CPUs per task than a node has: "srun: error: Unable
+        # to create step for job <id>: More processors requested than permitted"): no "srun: error: <node>: task"
+        # line; the guard requeues without excluding a node, and says so, once, and the job then ends FAILED, out
+        # of retries. No launcher starts: seconds of 2 nodes.
+        "no-node-line": dict(
+            env={"NVRX_ENABLE_MULTI_LAUNCHERS_PER_NODE": "1"},
+            ft=_ft(num_in_job_restarts=0, num_job_retries_on_failure=1),
+            nodes=2,
+            ntasks_per_node=1,
+            srun_args=["--cpus-per-task=64"],
+        ),
+        # Issue 34. Two training nodes and one hot spare (3 nodes); a training node that does not host the
+        # rendezvous store is lost after the step-5 checkpoint (killed from outside): the spare takes its place in
+        # the same job, no requeue.
+        "spare": dict(
+            env={"NRP_STEP_TIME": "0.3", "NVRX_ENABLE_MULTI_LAUNCHERS_PER_NODE": "1"},
+            ft=_ft(num_in_job_restarts=2, num_job_retries_on_failure=1, calc_ft_timeouts=False, spare_nodes=1),
             nodes=2,
             ntasks_per_node=1,
         ),
@@ -148,6 +190,7 @@ def jobs(local_slurm, tmp_path_factory):
             ntasks_per_node=spec.get("ntasks_per_node", 2),
             straggler=spec.get("straggler"),
             setup_lines=spec.get("setup_lines"),
+            srun_args=spec.get("srun_args"),
         )
         return job, save
 
@@ -161,16 +204,23 @@ def jobs(local_slurm, tmp_path_factory):
         target=_lose_then_freeze_a_node, args=(submitted["two-nodes"][0], killed, frozen), daemon=True
     )
     killer.start()
+    spare_killed: dict = {}
+    spare_killer = threading.Thread(
+        target=_lose_a_training_node, args=(submitted["spare"][0], spare_killed), daemon=True
+    )
+    spare_killer.start()
     with ThreadPoolExecutor(len(submitted)) as pool:  # each wait lifts its own job's requeue hold
         waits = {name: pool.submit(local_slurm.wait, job.job_id, timeout=600) for name, (job, _) in submitted.items()}
         results = {name: (*submitted[name], waits[name].result()) for name in submitted}
     killer.join(timeout=5)
+    spare_killer.join(timeout=5)
     for pid in frozen.get("pids", []):  # ended with the step; never left stopped, whatever happened
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
     results["two-nodes-killed"], results["two-nodes-frozen"] = killed, frozen
+    results["spare-killed"] = spare_killed
     print(
         f"\nFT Slurm jobs: {time.monotonic() - t0:.0f} s for all {len(submitted)}; node killed: {killed}; "
         f"node frozen: {frozen}"
@@ -421,6 +471,22 @@ def test_two_node_crash_loop_ends_failed_with_the_no_restart_reason_not_requeued
     assert res.record.get("ExcNodeList") in (None, "(null)", ""), res.record
 
 
+def test_a_step_that_fails_without_a_node_line_is_requeued_without_excluding_a_node(jobs):
+    """Issue 32: a failed multi-node step whose output names no node (Slurm could not create it) is requeued with no
+    node excluded, and the guard says why; NeMo-Run's template turns `set -e` on after the step, and the guard's
+    search for a node line that finds none must not end the batch script before the requeue."""
+    job, _, res = jobs["no-node-line"]
+    logs = job.logs()
+    assert "srun: error: Unable to create step" in logs, logs[-4000:]
+    assert not re.search(r"^srun: error: \S+: tasks? \d", logs, re.M), logs[-4000:]
+    said = re.findall(r"^nemo-resiliency-plugins: no 'srun: error: <node>: task' line: cannot tell", logs, re.M)
+    assert len(said) == 1, logs[-4000:]  # run 0 is requeued; run 1 is out of retries
+    assert not re.search(r"^nemo-resiliency-plugins: .*the requeued job excludes", logs, re.M), logs[-4000:]
+    assert (res.state, res.restarts) == ("FAILED", 1), res.record
+    assert res.record.get("ExcNodeList") in (None, "(null)", ""), res.record
+    assert "] FINISHED step=" not in logs
+
+
 # ------------------------------------------------------ issue 36: `nemo-resiliency report` on the jobs above
 
 
@@ -484,3 +550,44 @@ def test_report_of_the_two_node_job(jobs):
     assert job.guard[0].startswith(f"node {lost} failed first") and "excludes" in job.guard[0], job.guard
     assert any(line.startswith(f"node {hung} went silent") for line in job.guard), job.guard
     assert job.guard[-1].endswith("finished, not requeued"), job.guard
+
+
+# ----------------------------------------------------------------- issue 34: a lost node replaced inside the job
+
+
+def test_a_spare_node_replaces_a_lost_node_inside_the_job(jobs):
+    """FaultTolerancePlugin(spare_nodes=1) on a 2-node job: 3 nodes, ft_launcher --nnodes 2:3. Every process of a
+    training node is killed after the step-5 checkpoint; the spare joins the next rendezvous in the same Slurm job
+    (no requeue: one run, restart count 0), training resumes from step 5 with the same world size and ends with the
+    fault-free parameters; srun's code for the dead task does not make the guard requeue a finished job."""
+    baseline = finished_hash(jobs["fault-free"][0].logs())
+    job, save, res = jobs["spare"]
+    killed = jobs["spare-killed"]
+    logs = job.logs()
+    assert killed.get("pids") and len(killed["node"]) == 1, (killed, logs[-8000:])
+    assert "Cycle: 1 Event: failure_detected" in logs, "no training node was lost"
+    assert (res.state, res.exit_code, res.restarts) == ("COMPLETED", 0, 0), (res.record, logs[-8000:])
+    assert list(job.attempt_logs()) == [0], "requeued"
+    script = job.sbatch_script()
+    assert "#SBATCH --nodes=3" in script and "--kill-on-bad-exit=0 --wait=0" in script
+    assert re.search(r"min_nodes\s*: 2\b", logs) and re.search(r"max_nodes\s*: 3\b", logs), logs[-8000:]
+    # The spare's launcher was given an active rank in the second round: three launchers took part.
+    rounds = re.findall(r"infra:(\d+)\(\S*\)\] \S+ Assigned active rank (\d+) \(round=(\d+)\)", logs)
+    assert {task for task, _, rnd in rounds if rnd == "0"} != {task for task, _, rnd in rounds if rnd == "1"}, rounds
+    assert len({task for task, _, _ in rounds}) == 3, rounds
+    # One launcher closed the rounds (the first node's, told is_host=1 by the spare block): no rank given twice.
+    for rnd in {r for _, _, r in rounds}:
+        given = [rank for _, rank, r in rounds if r == rnd]
+        assert sorted(given) == ["0", "1"], rounds
+    assert logs.count("Store host waiting") == 1, re.findall(r".*Store host waiting.*", logs)
+    assert f"srun: error: {killed['node'][0]}: task" in logs, logs[-8000:]
+    assert "a node was lost and a spare took its place): the step finished" in logs, logs[-8000:]
+    assert "finished, not requeued" in logs, logs[-8000:]
+    report = _report(job)
+    assert (report.requeues, report.restarts, report.finished) == (0, 1, True), report.rows
+    # From the newest checkpoint saved before the loss: the kill follows the step-5 save within a 0.1 s poll, and
+    # the next save is 5 steps of 0.3 s later, but on a loaded host that one may come first; either is right.
+    newest = max(report.rows[0].checkpoints)
+    assert newest in (5, 10) and report.rows[1].resumed_from == newest, report.rows
+    assert re.findall(rf"RESUMED from step {newest}\b", logs), logs[-8000:]
+    assert finished_hash(logs) == baseline
