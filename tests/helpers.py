@@ -113,6 +113,36 @@ def before_fault(result, save_dir: Path, index: int = 0):
     return dataclasses.replace(result, lines=kept, log="\n".join(kept))
 
 
+#: Rank 0's line when Megatron Bridge's in-process coordination store could not bind MASTER_PORT + 1.
+_STORE_COLLISION = re.compile(r"DistNetworkError: The server socket has failed to listen .*EADDRINUSE")
+
+
+def after_store_collisions(result):
+    """(the job's log after the launcher restarts that start-up store collisions caused, how many there were).
+
+    docs/races.md, "Megatron Bridge's in-process restart stores can collide with another socket": the store binds
+    MASTER_PORT + 1, a random port of the ephemeral range that another socket of a busy host may hold; rank 0 then
+    dies before its first step, and under ft_launcher the workers are started again on new ports (seen in a loaded CI
+    run). A restart no test injected, and not the one a test asserts on: each launcher cycle before the job's first
+    injected fault that ended in such a collision is cut off here, up to the next cycle's START lines, and counted.
+    A collision later in the job is left in the log (the test's own assertions then show it)."""
+    lines = result.lines
+    cut = count = 0
+    while True:
+        # The next cycle begins with its ranks' START lines (restart=<the launcher's restart count>): the launcher
+        # decided the restart before it started them, so its line is above them whatever the tail threads' order.
+        starts = re.compile(rf"\] START rank=\d+ world=\d+ restart={count + 1}\b")
+        nxt = next((i for i in range(cut, len(lines)) if starts.search(lines[i])), None)
+        if nxt is None:
+            break
+        cycle = lines[cut:nxt]
+        if not any(_STORE_COLLISION.search(line) for line in cycle) or any("FAULT_INJECTED" in x for x in cycle):
+            break
+        cut, count = nxt, count + 1
+    kept = lines[cut:]
+    return dataclasses.replace(result, lines=kept, log="\n".join(kept)), count
+
+
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -30,7 +30,7 @@ from nemo_resiliency_plugins.inprocess_restart import InProcessRestartPlugin
 from nemo_resiliency_plugins.testing.inprocess_loop import SHORT_TIMEOUTS
 from nemo_resiliency_plugins.testing.local_run import run_local, workload_task
 from nemo_resiliency_plugins.tools.report import PEER_NOTE, report_job
-from tests.helpers import assert_same_params, before_fault, fault_line, final_params
+from tests.helpers import after_store_collisions, assert_same_params, before_fault, fault_line, final_params
 
 pytestmark = pytest.mark.slow
 
@@ -102,10 +102,12 @@ def model_at(save: Path, step: int) -> dict:
 
 def test_a_killed_rank_is_replaced_by_the_reserve_in_the_same_job(baseline, two_kills, record_property):
     result, save = two_kills
-    first = before_fault(result, save, index=1)  # the second kill
+    run, collisions = after_store_collisions(result)  # a start-up store collision's restart is not the keeper's
+    first = before_fault(run, save, index=1)  # the second kill
     assert first.grep(f"FAULT_INJECTED kind=kill step={FIRST_KILL} rank=1"), result.log[-4000:]
     starts = [_START.search(line).groups() for line in first.grep("] START rank=")]
-    assert sorted(starts) == [("0", "3", "0"), ("1", "3", "0"), ("2", "3", "0")], "one process per rank, no more"
+    launch = str(collisions)
+    assert sorted(starts) == [("0", "3", launch), ("1", "3", launch), ("2", "3", launch)], "one process per rank"
     assert not first.grep("will restart worker group"), "the launcher restarted what the reserve handles"
 
     killed_pid, kill_time = marker(save, 0)
@@ -135,15 +137,16 @@ def test_a_killed_rank_is_replaced_by_the_reserve_in_the_same_job(baseline, two_
 def test_with_no_reserve_left_the_next_kill_falls_back_to_ft_launchers_restart(baseline, two_kills):
     result, save = two_kills
     assert result.state == "SUCCEEDED", result.log[-4000:]
-    second = result.lines[fault_line(result, save, index=1)[0] :]  # from the second kill's marker line on
+    run, collisions = after_store_collisions(result)
+    second = run.lines[fault_line(run, save, index=1)[0] :]  # from the second kill's marker line on
     second_pid, _ = marker(save, 1)
     assert any(f"FAULT_INJECTED kind=kill step={SECOND_KILL} rank=1" in line for line in second)
     assert any(f"RANK_DIED pid={second_pid} signal=SIGKILL" in line for line in second)
     # The survivor's line comes through its own tail thread, in no set order with rank 1's marker: the whole log
     # (NVRx discards a rank only when no reserve is left, so only after this kill).
     assert result.grep("RankDiscarded"), "NVRx did not give the survivor up"
-    assert len(result.grep("will restart worker group")) == 1, "exactly one launcher restart, for the second kill"
-    restarted = [line for line in second if "] START rank=" in line and "restart=1" in line]
+    assert len(run.grep("will restart worker group")) == 1, "exactly one launcher restart, for the second kill"
+    restarted = [line for line in second if "] START rank=" in line and f"restart={collisions + 1}" in line]
     assert len(restarted) == 3, "ft_launcher started the 3 ranks again (2 active + a fresh reserve)"
     assert len([line for line in second if f"RESUMED from step {SECOND_KILL // 5 * 5}" in line]) == 2
     assert result.grep("FINISHED step=20")
@@ -156,8 +159,9 @@ def test_report_of_the_two_kills_job(two_kills):
     from step 15 (16-17 trained twice)."""
     result, _ = two_kills
     job = report_job(result.job_dir)
-    assert (job.requeues, job.restarts, job.finished) == (0, 1, True)
-    first, last = job.rows
+    _, collisions = after_store_collisions(result)  # each one a cycle that never trained
+    assert (job.requeues, job.restarts, job.finished) == (0, 1 + collisions, True)
+    first, last = job.rows[collisions:]
     assert first.injected == [f"kill at step {FIRST_KILL} on rank 1", f"kill at step {SECOND_KILL} on rank 1"]
     assert (first.inprocess_restarts, first.resumed_from, first.resumed_from_first) == (1, 10, None)
     assert first.checkpoints == [5, 10, 15] and first.finished_step is None
