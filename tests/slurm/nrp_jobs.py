@@ -310,33 +310,13 @@ def store_pids(job) -> set[int]:
 
 def training_node_without_store(job) -> str:
     """SLURM_NODEID of a node whose launcher runs a training rank and does not host the rendezvous store, the last
-    such node (the first one runs the batch script): the loss a spare can make good. Which nodes train and which
-    wait is decided by NVRx's rendezvous, so it is read from the processes."""
-    import psutil
-
-    listening = store_pids(job)
-    for node in ("2", "1", "0"):
-        procs = set(job_processes(job.job_id, node))
-        if not procs or procs & listening:
-            continue
-        for pid in procs:
-            try:
-                if runs_module(psutil.Process(pid).cmdline(), WORKLOAD):
-                    return node
-            except psutil.Error:
-                continue
-    raise AssertionError(f"no training node without the store (store: {listening})")
-
-
-WORKLOAD = "nemo_resiliency_plugins.testing.workload"
-
-
-def runs_module(cmdline: list[str], module: str) -> bool:
-    """Whether ``cmdline`` is a Python interpreter running ``module`` (``python [options] -m module ...``): a rank.
-    Not any process that names it: ft_launcher's command line ends with ``-m <module>`` too (on a waiting spare
-    as well), and so do the rank monitors it forks (a fork keeps the parent's command line)."""
-    args = cmdline[1:]
-    i = 0
-    while i < len(args) and args[i].startswith("-") and args[i] != "-m":
-        i += 1
-    return i + 1 < len(args) and args[i] == "-m" and args[i + 1] == module
+    such node (the first one runs the batch script): the loss a spare can make good. Read from NVRx's own lines of
+    the first run, cheaply (a scan of every process and socket took longer than five steps on a loaded host): the
+    launchers it gave an active rank in round 0 (``infra:<task>``; one task per node, so the task is the node), less
+    the first node, which hosts the store (FaultTolerancePlugin's spare block says so to each launcher)."""
+    text = job.attempt_logs().get(0, "")
+    active = set(re.findall(r"infra:(\d+)\(\S*\)\] \S+ Assigned active rank \d+ \(round=0\)", text))
+    found = sorted(active - {"0"}, key=int)
+    if not found:
+        raise AssertionError(f"no launcher but the store host's was given an active rank in round 0: {sorted(active)}")
+    return found[-1]
