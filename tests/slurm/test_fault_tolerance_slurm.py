@@ -174,6 +174,18 @@ def jobs(local_slurm, tmp_path_factory):
         ),
     }
 
+    # The faults injected from outside, each started as soon as its own job is submitted: a job can start (and train
+    # past its trigger) while the other submissions, seconds of CPU each, are still being made (seen in a loaded run:
+    # the spare job finished before a killer started after all submissions had found it).
+    killed: dict = {}
+    frozen: dict = {}
+    spare_killed: dict = {}
+    faults = {
+        "two-nodes": (_lose_then_freeze_a_node, (killed, frozen)),
+        "spare": (_lose_a_training_node, (spare_killed,)),
+    }
+    injectors: list[threading.Thread] = []
+
     def submit_one(name: str, spec: dict):
         tmp = tmp_path_factory.mktemp(name)
         save = tmp / "ckpt"
@@ -192,28 +204,21 @@ def jobs(local_slurm, tmp_path_factory):
             setup_lines=spec.get("setup_lines"),
             srun_args=spec.get("srun_args"),
         )
+        if name in faults:
+            inject, records = faults[name]
+            injectors.append(threading.Thread(target=inject, args=(job, *records), daemon=True))
+            injectors[-1].start()
         return job, save
 
     # Submitted two at a time: each submission is a fresh interpreter importing NeMo-Run (seconds of CPU).
     with ThreadPoolExecutor(2) as pool:
         futures = {name: pool.submit(submit_one, name, spec) for name, spec in specs.items()}
         submitted = {name: future.result() for name, future in futures.items()}
-    killed: dict = {}
-    frozen: dict = {}
-    killer = threading.Thread(
-        target=_lose_then_freeze_a_node, args=(submitted["two-nodes"][0], killed, frozen), daemon=True
-    )
-    killer.start()
-    spare_killed: dict = {}
-    spare_killer = threading.Thread(
-        target=_lose_a_training_node, args=(submitted["spare"][0], spare_killed), daemon=True
-    )
-    spare_killer.start()
     with ThreadPoolExecutor(len(submitted)) as pool:  # each wait lifts its own job's requeue hold
         waits = {name: pool.submit(local_slurm.wait, job.job_id, timeout=600) for name, (job, _) in submitted.items()}
         results = {name: (*submitted[name], waits[name].result()) for name in submitted}
-    killer.join(timeout=5)
-    spare_killer.join(timeout=5)
+    for injector in injectors:
+        injector.join(timeout=5)
     for pid in frozen.get("pids", []):  # ended with the step; never left stopped, whatever happened
         try:
             os.kill(pid, signal.SIGKILL)
