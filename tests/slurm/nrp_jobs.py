@@ -263,8 +263,8 @@ def signal_node_when(
     that dies, SIGSTOP one that hangs as a whole. Records the node name, the pids and the time in ``record``.
 
     ``choose_after``: a pattern of the same log after which the node and its processes are chosen ahead of
-    ``pattern``. Choosing reads every process's environment (and, for :func:`training_node_without_store`, the
-    host's sockets): seconds on a loaded host, longer than the few steps between ``pattern`` and the next
+    ``pattern``. Taking a node's processes reads every process's environment (and ``node_id`` may read more, e.g.
+    the host's sockets): seconds on a loaded host, longer than the few steps between ``pattern`` and the next
     checkpoint; chosen ahead, the signal follows ``pattern`` within one 0.1 s poll. Processes of that node that
     started after the choice (none are expected once its ranks run) are signalled in a second pass."""
     deadline = time.monotonic() + timeout
@@ -308,6 +308,10 @@ def store_pids(job) -> set[int]:
     return {c.pid for c in psutil.net_connections(kind="tcp") if c.status == "LISTEN" and c.laddr.port == port}
 
 
+#: NVRx's line when its rendezvous gives a launcher an active rank: (srun task, active rank, round).
+ASSIGNED_ACTIVE = re.compile(r"infra:(\d+)\(\S*\)\] \S+ Assigned active rank (\d+) \(round=(\d+)\)")
+
+
 def training_node_without_store(job) -> str:
     """SLURM_NODEID of a node whose launcher runs a training rank and does not host the rendezvous store, the last
     such node (the first one runs the batch script): the loss a spare can make good. Read from NVRx's own lines of
@@ -315,7 +319,7 @@ def training_node_without_store(job) -> str:
     launchers it gave an active rank in round 0 (``infra:<task>``; one task per node, so the task is the node), less
     the first node, which hosts the store (FaultTolerancePlugin's spare block says so to each launcher)."""
     text = job.attempt_logs().get(0, "")
-    active = set(re.findall(r"infra:(\d+)\(\S*\)\] \S+ Assigned active rank \d+ \(round=0\)", text))
+    active = {task for task, _, rnd in ASSIGNED_ACTIVE.findall(text) if rnd == "0"}
     found = sorted(active - {"0"}, key=int)
     if not found:
         raise AssertionError(f"no launcher but the store host's was given an active rank in round 0: {sorted(active)}")

@@ -44,6 +44,7 @@ import pytest
 from nemo_resiliency_plugins.tools.report import report_experiment
 from tests.helpers import assert_ended_by_kill
 from tests.slurm.nrp_jobs import (
+    ASSIGNED_ACTIVE,
     finished_hash,
     job_processes,
     launcher_times,
@@ -577,7 +578,7 @@ def test_a_spare_node_replaces_a_lost_node_inside_the_job(jobs):
     assert "#SBATCH --nodes=3" in script and "--kill-on-bad-exit=0 --wait=0" in script
     assert re.search(r"min_nodes\s*: 2\b", logs) and re.search(r"max_nodes\s*: 3\b", logs), logs[-8000:]
     # The spare's launcher was given an active rank in the second round: three launchers took part.
-    rounds = re.findall(r"infra:(\d+)\(\S*\)\] \S+ Assigned active rank (\d+) \(round=(\d+)\)", logs)
+    rounds = ASSIGNED_ACTIVE.findall(logs)
     assert {task for task, _, rnd in rounds if rnd == "0"} != {task for task, _, rnd in rounds if rnd == "1"}, rounds
     assert len({task for task, _, _ in rounds}) == 3, rounds
     # One launcher closed the rounds (the first node's, told is_host=1 by the spare block): no rank given twice.
