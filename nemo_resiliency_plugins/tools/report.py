@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from nemo_resiliency_plugins.tools.report_flight import flight_report
+from nemo_resiliency_plugins.tools.report_nodes import place_all
 from nemo_resiliency_plugins.tools.report_stacks import is_dump_line, rank_stacks
 
 __all__ = ["AttemptReport", "CycleRow", "JobReport", "print_reports", "report_experiment", "report_job"]
@@ -138,6 +139,10 @@ class CycleRow:
     # the ranks that were not in a collective: in a hang inside a collective, the ones the others waited for.
     stacks: list[str] = dataclasses.field(default_factory=list)
     outside_collective: list[str] = dataclasses.field(default_factory=list)
+    # Slurm only (tools/report_nodes.py): the node the fault was on, and how the node itself failed where it did
+    # ("lost (srun: ...)", "went silent (...)"); None for a rank's own fault, which ``node`` then places
+    node: str | None = None
+    node_fault: str | None = None
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -496,6 +501,7 @@ def report_job(job_dir: str | Path) -> JobReport:
     if not logs:
         raise _not_a_job(job_dir, "no launcher log in it (log-*_N.out, combined.log or log_*.out)")
     attempts = [parse_attempt(p.read_text(errors="replace"), attempt, str(p)) for attempt, p in logs]
+    place_all(attempts, job_dir)
     guard: list[str] = []
     for batch in sorted(job_dir.glob("sbatch_*.out")):
         for line in batch.read_text(errors="replace").splitlines():
@@ -531,66 +537,7 @@ def _attempt_logs_here(path: Path) -> bool:
 
 
 def print_reports(console: Any, reports: list[JobReport]) -> None:
-    """The tables ``nemo-resiliency report`` prints (rich console)."""
-    from rich.markup import escape
-    from rich.table import Table
+    """The tables ``nemo-resiliency report`` prints (rich console): :mod:`.report_print`."""
+    from nemo_resiliency_plugins.tools.report_print import print_reports as _print
 
-    for job in reports:
-        table = Table(title=f"nemo-resiliency report: {job.job_dir}")
-        for column in ("attempt", "cycle", "resumed from", "checkpoints", "ended by", "on rank", "restart [s]"):
-            table.add_column(column)
-        for row in job.rows:
-            ended = row.detected_by or ("finished" if row.finished_step is not None else "-")
-            if row.inprocess_restarts:
-                ended += f" (after {row.inprocess_restarts} in-process restart(s))"
-            table.add_row(
-                str(row.attempt),
-                str(row.cycle),
-                "-" if row.resumed_from is None else str(row.resumed_from),
-                ", ".join(map(str, row.checkpoints)) or "-",
-                escape(ended),
-                "-" if row.detected_on_rank is None else str(row.detected_on_rank),
-                "-" if row.restart_s is None else f"{row.restart_s:.1f}",
-            )
-        console.print(table)
-        for row in job.rows:
-            if row.stragglers:
-                console.print(
-                    f"attempt {row.attempt} cycle {row.cycle}: stragglers reported: {', '.join(row.stragglers)}",
-                    markup=False,
-                    highlight=False,
-                )
-            if row.stacks:
-                blamed = (
-                    f"; not in a collective (the ones the others waited for): {', '.join(row.outside_collective)}"
-                    if row.outside_collective and len(row.outside_collective) < len(row.stacks)
-                    else ""
-                )
-                console.print(
-                    f"attempt {row.attempt} cycle {row.cycle}: where the stopped ranks were: "
-                    f"{'; '.join(row.stacks)}{blamed}",
-                    markup=False,
-                    highlight=False,
-                )
-        counts, goodput = job.iterations(), job.goodput()
-        if goodput is None:
-            measured = (
-                "goodput: not measured (no launcher time stamps in the logs)"
-                if counts is not None
-                else "goodput: not measured (no Megatron Bridge training_log lines in the logs)"
-            )
-        else:
-            measured = (
-                f"goodput {goodput:.1%} (iterations kept {counts[0]}, recomputed after faults at least {counts[1]}; "
-                "the rest of the wall time went to start-up, detection, restarts and saves)"
-            )
-        wall = "launcher wall not measured" if job.wall_s is None else f"launcher wall {job.wall_s:.0f} s"
-        console.print(
-            f"attempts {len(job.attempts)} (requeues {job.requeues}), in-job restarts {job.restarts}, "
-            f"{wall}, {'finished' if job.finished else 'did not finish'}; {measured}",
-            markup=False,
-        )
-        for line in job.guard:
-            console.print(f"requeue guard: {line}", markup=False, highlight=False)
-        for line in job.flight:
-            console.print(f"flight recorder: {line}", markup=False, highlight=False)
+    _print(console, reports)

@@ -528,6 +528,9 @@ def test_report_of_the_two_node_crash_loop(jobs):
     # torch's launcher on the killed rank's node says local rank 0; with its group rank from NVRx's events: rank 1
     for row in loop.rows:
         assert_ended_by_kill(row, rank=1)
+    # Rank 1 is the second node's: srun's task 1 (its own line names the node that task ran on)
+    task1 = re.search(r"srun: error: (\S+): task 1: ", jobs["two-node-crash-loop"][0].logs())
+    assert task1 is not None and [row.node for row in loop.rows] == [task1.group(1)] * 2, loop.rows
     assert loop.rows[0].restart_s is not None and loop.rows[0].restart_s > 0
     (verdict,) = loop.guard
     assert verdict.startswith("NVRx decided the job must not be restarted (no_progress; step exit code"), verdict
@@ -556,6 +559,14 @@ def test_report_of_the_two_node_job(jobs):
     assert job.guard[0].startswith(f"node {lost} failed first") and "excludes" in job.guard[0], job.guard
     assert any(line.startswith(f"node {hung} went silent") for line in job.guard), job.guard
     assert job.guard[-1].endswith("finished, not requeued"), job.guard
+    # The node of each fault, as the test injected it (tools/report_nodes.py): the SIGKILLed node lost (its launcher
+    # task killed outright, srun says), the SIGSTOPped node silent, nothing in the run that finished.
+    first, frozen, last = job.attempts[0].cycles[-1], job.attempts[1].cycles[0], job.attempts[-1].cycles[-1]
+    assert first.node == lost, job.rows
+    assert (first.node_fault or "").startswith(f"lost (srun: error: {lost}: task 1: Killed"), job.rows
+    assert frozen.node == hung, job.rows
+    assert (frozen.node_fault or "").startswith("went silent"), job.rows
+    assert (last.node, last.node_fault) == (None, None), job.rows
 
 
 # ----------------------------------------------------------------- issue 34: a lost node replaced inside the job
@@ -595,5 +606,7 @@ def test_a_spare_node_replaces_a_lost_node_inside_the_job(jobs):
     # the next save is 5 steps of 0.3 s later, but on a loaded host that one may come first; either is right.
     newest = max(report.rows[0].checkpoints)
     assert newest in (5, 10) and report.rows[1].resumed_from == newest, report.rows
+    assert report.rows[0].node == killed["node"][0], report.rows  # the lost node, in the cycle it ended
+    assert (report.rows[0].node_fault or "").startswith(f"lost (srun: error: {killed['node'][0]}: task"), report.rows
     assert re.findall(rf"RESUMED from step {newest}\b", logs), logs[-8000:]
     assert finished_hash(logs) == baseline

@@ -48,6 +48,7 @@ import pytest
 
 from nemo_resiliency_plugins.tools.cli import main
 from nemo_resiliency_plugins.tools.report import parse_attempt, report_experiment
+from nemo_resiliency_plugins.tools.report_nodes import expand_nodelist
 from nemo_resiliency_plugins.tools.report_plan import compare, saved_plugins
 from nemo_resiliency_plugins.tools.report_timeline import cycle_phases
 
@@ -152,6 +153,56 @@ def test_two_node_job_a_lost_node_then_a_frozen_node(tmp_path):
     assert job.guard[0].startswith("node nrp-node2 failed first") and "excludes nrp-node2" in job.guard[0]
     assert any(line.startswith("node nrp-node4 went silent") for line in job.guard), job.guard
     assert job.guard[-1].endswith("finished, not requeued")
+
+
+def test_two_node_job_names_the_lost_and_the_frozen_node(tmp_path, capsys):
+    """The launchers' view of attempt 0 is their own rank stopped by SIGTERM on the healthy node; srun's line says
+    the other node's launcher task was killed outright: the node was lost (the test SIGKILLed every process of
+    nrp-node2). Attempt 1: the guard found nrp-node4 silent (the test SIGSTOPped it). Attempt 2: nothing failed."""
+    (job,) = report_experiment(unpack("slurm-two-nodes-lost-then-frozen", tmp_path))
+    lost, frozen, last = job.rows
+    assert (lost.detected_by, lost.detected_on_rank) == ("rank killed by signal 15", 0)  # the consequence
+    assert lost.node == "nrp-node2"
+    assert lost.node_fault == "lost (srun: error: nrp-node2: task 1: Killed)"
+    assert frozen.node == "nrp-node4"
+    assert frozen.node_fault == "went silent (no launcher line after a section timeout on another node)"
+    assert (last.node, last.node_fault) == (None, None)
+    with pytest.raises(SystemExit) as done:
+        main(["report", str(tmp_path / "slurm-two-nodes-lost-then-frozen"), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert done.value.code == 0
+    assert [row["node"] for a in out[0]["attempts"] for row in a["cycles"]] == ["nrp-node2", "nrp-node4", None]
+    with pytest.raises(SystemExit):
+        main(["report", str(tmp_path / "slurm-two-nodes-lost-then-frozen")])
+    words = " ".join(re.findall(r"[\w'.-]+", capsys.readouterr().out))  # the table's cells wrap: its words
+    assert "node lost launchers saw rank killed by signal 15" in words, words
+
+
+def test_a_ranks_fault_is_placed_on_the_node_its_launcher_ran_on(tmp_path):
+    # Rank 1 (one rank per node) is NVRx's node group 1, whose launcher logged "infra:1": srun's task 1, the second
+    # node of nrp-node[3-4]; srun's own line agrees ("nrp-node4: task 1: Exited with exit code 93").
+    (job,) = report_experiment(unpack("slurm-two-node-crash-loop", tmp_path))
+    assert [(row.detected_on_rank, row.node, row.node_fault) for row in job.rows] == [(1, "nrp-node4", None)] * 2
+    # One node, two ranks per node: rank 1 is on the only node.
+    (one,) = report_experiment(unpack("slurm-crash-loop", tmp_path))
+    assert [row.node for row in one.rows] == ["nrp-node1"] * 2
+    # A LocalExecutor job names no node.
+    (local,) = report_experiment(unpack("local-ft-kill-then-hang", tmp_path))
+    assert [row.node for row in local.rows] == [None] * len(local.rows)
+
+
+@pytest.mark.parametrize(
+    ("nodelist", "names"),
+    [
+        ("nrp-node1", ["nrp-node1"]),
+        ("nrp-node[1-2]", ["nrp-node1", "nrp-node2"]),
+        ("nrp-node[1,3]", ["nrp-node1", "nrp-node3"]),
+        ("gpu[08-10],login1", ["gpu08", "gpu09", "gpu10", "login1"]),
+        ("rack[1-2]-n[1-2]", []),  # two bracket groups in one name: not read, no node named rather than a wrong one
+    ],
+)
+def test_slurm_node_lists_expand_as_slurm_orders_them(nodelist, names):
+    assert expand_nodelist(nodelist) == names
 
 
 def test_crash_loop_every_cycle_ended_by_the_same_kill(tmp_path):
@@ -274,7 +325,9 @@ def test_the_command_prints_the_table_and_json(tmp_path, capsys):
     with pytest.raises(SystemExit) as done:
         main(["report", str(exp / "train")])  # one job's folder works as well
     out = capsys.readouterr().out
-    assert done.value.code == 0 and "section 'step' timeout" in out and "requeue guard: node nrp-node4" in out
+    # The table wraps its cells at the console's width: its words, not its lines
+    assert done.value.code == 0 and "section 'step' timeout" in " ".join(re.findall(r"[\w'.-]+", out)), out
+    assert "requeue guard: node nrp-node4" in out
 
 
 def test_a_directory_that_is_no_job_is_one_line(tmp_path, capsys):

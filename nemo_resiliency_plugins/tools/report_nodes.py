@@ -1,0 +1,138 @@
+"""``nemo-resiliency report`` on Slurm: which node each fault was on.
+
+Why: a rank number does not say which machine to drain. A lost node is not even a rank's fault: its launcher dies
+with it, srun ends the step, and what the surviving launchers log is their own workers stopped by SIGTERM (so the
+launcher's view alone blames a healthy rank). The node comes from three things the job already writes:
+
+* NeMo-Run's batch script runs with ``set -evx``: each attempt's trace shows
+  ``++ scontrol show hostnames <nodelist>`` at its start; that line also separates the attempts in the batch log
+  (a requeued job appends to the same file). Slurm gives task *i* of a one-launcher-per-node step the *i*-th node.
+* srun's ``srun: error: <node>: task <i>: Killed``: a launcher task killed outright. ft_launcher never ends that
+  way on its own; when nothing of ours stopped the step first, its node was lost.
+* the requeue guard's verdict lines (``core/sbatch/requeue_guard.sh``): a node that went silent (frozen) after a
+  section timeout elsewhere; the node srun named first.
+* NVRx's ``infra:<task>(..) ... Assigned active rank <group>`` lines: which launcher (task, hence node) holds which
+  group of ranks in each cycle, so a rank's exit or section timeout is placed on its node.
+
+A LocalExecutor or Docker job runs on one host: no node is named there.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from nemo_resiliency_plugins.tools.report import AttemptReport
+
+_HOSTNAMES = re.compile(r"\+\+ scontrol show hostnames ('?)([^' ]+)\1")  # fullmatch; bash quotes it if needed
+_SRUN_ERROR = re.compile(r"srun: error: ([A-Za-z0-9._-]+): tasks? ([0-9,-]+): (.+)")  # fullmatch
+_GUARD = re.compile(r"nemo-resiliency-plugins: (.+)")  # fullmatch (bash's trace of the echo starts with "+ ")
+_SILENT = re.compile(r"node ([A-Za-z0-9._-]+) went silent(?:: (.*?))?(?:: the requeued job .*)?")  # fullmatch
+_STOPPING = re.compile(r"stopping step \S+")  # the guard ended the step itself: srun's "Killed" lines are its doing
+_ASSIGNED = re.compile(r"infra:(\d+)\(\d+\)\].*\bAssigned active rank (\d+) \(round=\d+\)")
+_RESTART = re.compile(r"\brestart_count=(\d+)\b")
+_NPROC = re.compile(r"\s*nproc_per_node\s*:\s*(\d+)\s*")  # fullmatch: the launch config torch's agent prints
+
+
+@dataclass(kw_only=True)
+class SlurmAttempt:
+    """What the batch log says about one Slurm attempt (one run of the batch script)."""
+
+    nodes: list[str]
+    srun_errors: list[tuple[str, str, str]] = field(default_factory=list)  # (node, task(s), what)
+    guard: list[str] = field(default_factory=list)
+
+
+def expand_nodelist(nodelist: str) -> list[str]:
+    """Slurm's compressed node list (``nrp-node[1-2,4],gpu07``) as names, in Slurm's order; [] when it has a form
+    this does not read (several bracket groups in one name)."""
+    names: list[str] = []
+    for part in re.findall(r"[^,\[]+(?:\[[^\]]*\])?[^,\[]*", nodelist):
+        m = re.fullmatch(r"([^\[\]]*)\[([0-9,-]+)\]([^\[\]]*)", part)
+        if m is None:
+            if "[" in part or "]" in part:
+                return []
+            names.append(part)
+            continue
+        prefix, ranges, suffix = m.groups()
+        for item in ranges.split(","):
+            lo, _, hi = item.partition("-")
+            width = len(lo)
+            for number in range(int(lo), int(hi or lo) + 1):
+                names.append(f"{prefix}{number:0{width}d}{suffix}")
+    return names
+
+
+def slurm_attempts(batch_text: str) -> list[SlurmAttempt]:
+    """The attempts of a NeMo-Run Slurm batch log, in order (empty when the log has no attempt start line)."""
+    attempts: list[SlurmAttempt] = []
+    for line in batch_text.splitlines():
+        if m := _HOSTNAMES.fullmatch(line):
+            attempts.append(SlurmAttempt(nodes=expand_nodelist(m.group(2))))
+        elif not attempts:
+            continue
+        elif m := _SRUN_ERROR.fullmatch(line):
+            attempts[-1].srun_errors.append((m.group(1), m.group(2), m.group(3)))
+        elif m := _GUARD.fullmatch(line):
+            attempts[-1].guard.append(m.group(1))
+    return attempts
+
+
+def launcher_tasks(log_text: str) -> tuple[dict[int, dict[int, int]], int | None]:
+    """Per cycle, each node group's launcher task (NVRx's rank assignment), and the ranks per node."""
+    tasks: dict[int, dict[int, int]] = {}
+    cycle, nproc = 0, None
+    for line in log_text.splitlines():
+        if m := _RESTART.search(line):
+            cycle = max(cycle, int(m.group(1)))
+        elif m := _ASSIGNED.search(line):
+            tasks.setdefault(cycle, {})[int(m.group(2))] = int(m.group(1))
+        elif m := _NPROC.fullmatch(line):
+            nproc = int(m.group(1))
+    return tasks, nproc
+
+
+def place(report: AttemptReport, log_text: str, slurm: SlurmAttempt) -> None:
+    """Set ``node`` (and ``node_fault`` where the node itself failed) on the cycles of one Slurm attempt."""
+    nodes = slurm.nodes
+    tasks, nproc = launcher_tasks(log_text)
+    for row in report.cycles:
+        if row.detected_on_rank is None or not nodes:
+            continue
+        group = row.detected_on_rank // (nproc or 1)
+        task = tasks.get(row.cycle, {}).get(group, group)
+        if 0 <= task < len(nodes):
+            row.node = nodes[task]
+    # The node-level verdict belongs to the cycle the node's failure ended: the attempt's last one that did not
+    # finish (a spare node's job trains on after the loss, in a later cycle of the same attempt).
+    ended = [row for row in report.cycles if row.finished_step is None]
+    if not ended:
+        return
+    row = ended[-1]
+    for line in slurm.guard:
+        if m := _SILENT.fullmatch(line):
+            row.node, row.node_fault = m.group(1), "went silent" + (f" ({m.group(2)})" if m.group(2) else "")
+            return
+    if any(_STOPPING.search(line) for line in slurm.guard):
+        return  # the guard stopped the step: the tasks srun reports killed are its doing
+    killed = next(((node, t, what) for node, t, what in slurm.srun_errors if what.strip() == "Killed"), None)
+    if killed is not None:
+        node, task, what = killed
+        row.node, row.node_fault = node, f"lost (srun: error: {node}: task {task}: {what})"
+
+
+def place_all(attempts: list[AttemptReport], job_dir: Path) -> None:
+    """Name the nodes of a Slurm job's faults (nothing for a job with no NeMo-Run batch log: one host)."""
+    batches = sorted(job_dir.glob("sbatch_*.out"))
+    if not batches:
+        return
+    slurm = slurm_attempts("\n".join(p.read_text(errors="replace") for p in batches))
+    for report in attempts:
+        if report.attempt < len(slurm) and report.log:
+            place(report, Path(report.log).read_text(errors="replace"), slurm[report.attempt])
+
+
+__all__ = ["SlurmAttempt", "expand_nodelist", "launcher_tasks", "place", "place_all", "slurm_attempts"]
