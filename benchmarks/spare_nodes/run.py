@@ -5,20 +5,25 @@ Run from the repository root with the local Slurm up (``bash .ci/slurm-up``)::
 
     .venv/bin/python benchmarks/spare_nodes/run.py [--repeat N]
 
-Each repetition submits two 2-node jobs of the reference workload through NeMo-Run's real SlurmExecutor (one rank
-per node, 20 steps of 0.3 s, a checkpoint every 5) and, once the step-5 checkpoint is saved, SIGKILLs every process
-of a training node that does not host the rendezvous store (the loss a spare can make good):
+Each repetition submits 2-node jobs of the reference workload through NeMo-Run's real SlurmExecutor (one rank per
+node, 20 steps of 0.3 s, a checkpoint every 5) and, once the step-5 checkpoint is saved, SIGKILLs every process of
+a training node that does not host the rendezvous store (the loss a spare can make good):
 
 * spare: ``FaultTolerancePlugin(spare_nodes=1)`` (3 nodes, ``ft_launcher --nnodes 2:3``): the spare joins the next
   rendezvous in the same job;
 * requeue: ``FaultTolerancePlugin()`` (today's default on 2 nodes): srun ends the step, the requeue guard requeues
-  the job with the lost node excluded, Slurm starts it on other nodes, training resumes from the checkpoint.
+  the job with the lost node excluded, Slurm starts it on other nodes, training resumes from the checkpoint. Slurm
+  keeps every requeued batch job pending (Reason=BeginTime) for ``AuthInfo=cred_expire`` seconds, 120 by default
+  (slurm.conf(5): "This also controls how long a requeued job must wait before starting again"): in ``requeue``
+  that hold stays, as on a cluster with Slurm's defaults; in ``requeue-hold-lifted`` it is lifted after 2 s (as the
+  tests do), which leaves the requeue's own cost on an idle cluster;
+* in-place, the yardstick for ``plan``: ``FaultTolerancePlugin()`` and only the training rank of that node killed
+  (the node stays): the launchers restart the workers on the same nodes, an in-job restart.
 
 Time lost = the kill -> the first training iteration after the resume (the first training_log line after the
-workload's "RESUMED from step" line; whole seconds; both variants redo the same steps after step 5). The requeue
-figure has no queue wait: the cluster is idle and the hold Slurm puts on a requeued job is lifted after 2 s (as the
-tests do). The variants alternate, so a change of the machine's load hits both. Prints the rows and the ratio;
-writes nothing else.
+workload's "RESUMED from step" line; whole seconds; every variant redoes the same steps after step 5). No variant
+includes a queue wait for free nodes (the cluster is idle). The variants alternate, so a change of the machine's
+load hits each. Prints the rows and the ratios; writes nothing else.
 """
 
 from __future__ import annotations
@@ -40,9 +45,12 @@ from tests.slurm.nrp_jobs import signal_node_when, submit, training_node_without
 from tests.slurm_fixture import STATE_DIR, LocalSlurm  # noqa: E402
 
 _ITERATION = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\] iteration\s+(\d+)/")
+# variant -> (FaultTolerancePlugin fields, only the rank killed (not the node), Slurm's requeue hold lifted)
 VARIANTS = {
-    "spare": dict(spare_nodes=1),
-    "requeue": dict(),
+    "spare": (dict(spare_nodes=1), False, True),
+    "requeue": (dict(), False, False),
+    "requeue-hold-lifted": (dict(), False, True),
+    "in-place": (dict(), True, True),
 }
 
 
@@ -59,6 +67,7 @@ def _ft(**extra) -> dict:
 
 
 def one(slurm: LocalSlurm, variant: str, work: Path) -> dict:
+    fields, ranks_only, lift_hold = VARIANTS[variant]
     tmp = Path(tempfile.mkdtemp(prefix=f"{variant}-", dir=work))
     env = {"NRP_STEP_TIME": "0.3", "NVRX_ENABLE_MULTI_LAUNCHERS_PER_NODE": "1"}
     job = submit(
@@ -68,7 +77,7 @@ def one(slurm: LocalSlurm, variant: str, work: Path) -> dict:
         args=[f"checkpoint.save={tmp / 'ckpt'}"],
         time_limit="00:15:00",
         env=env,
-        ft=_ft(**VARIANTS[variant]),
+        ft=_ft(**fields),
         nodes=2,
         ntasks_per_node=1,
     )
@@ -76,11 +85,11 @@ def one(slurm: LocalSlurm, variant: str, work: Path) -> dict:
     killer = threading.Thread(
         target=signal_node_when,
         args=(job, 0, r"CHECKPOINT saved step=5\b", signal.SIGKILL, killed, training_node_without_store),
-        kwargs=dict(choose_after=r"iteration\s+\d+/"),  # chosen once the ranks run
+        kwargs=dict(choose_after=r"iteration\s+\d+/", ranks_only=ranks_only),  # chosen once the ranks run
         daemon=True,
     )
     killer.start()
-    res = slurm.wait(job.job_id, timeout=900)
+    res = slurm.wait(job.job_id, timeout=900, release_requeue_hold=lift_hold)
     killer.join(timeout=5)
     at = dt.datetime.fromtimestamp(killed["at"]) if killed.get("at") else None
     after = None  # the first training iteration after the resume (the workload's RESUMED line) of that attempt
@@ -123,8 +132,10 @@ def main() -> None:
         requeues = [r["requeues"] for r in rows if r["variant"] == variant]
         each = ", ".join(f"{x:.0f}" for x in lost)
         print(f"| {variant} | {len(lost)} | {each} | {_seconds(medians[variant])} | {requeues} |")
-    if medians["spare"] and medians["requeue"]:
-        print(f"\nspare / requeue (median time lost): {medians['spare'] / medians['requeue']:.2f}")
+    print()
+    for other in ("requeue", "requeue-hold-lifted", "in-place"):
+        if medians["spare"] and medians[other]:
+            print(f"spare / {other} (median time lost): {medians['spare'] / medians[other]:.2f}")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,9 @@ The same three parts are measured from the logs here:
 * restart: the detection to the next cycle's first training_log line (new processes, imports, rendezvous, load);
 * redone: the iterations the next cycle trained again (after the last checkpoint) x the measured time per iteration.
 
-A cycle ended by something plan does not price (a straggler stop, a signal on Slurm) is left out; a part the logs do
+A cycle a node's loss ended (on Slurm, where the report names the node: lost, or gone silent) is plan's node loss:
+detected like a hang, restarted by a spare node inside the job or by a requeue. A cycle ended by something plan
+does not price (a straggler stop, a signal on Slurm) is left out; a part the logs do
 not give is None. The plan side is computed by plan's own functions; nothing of its model is restated here.
 """
 
@@ -51,6 +53,8 @@ class FaultVsPlan:
 def fault_class(row: CycleRow, rerun_check: bool) -> str | None:
     """Plan's class of the fault that ended a cycle, or None when plan does not price it."""
     detected = row.detected_by or ""
+    if row.node_fault:  # a node lost or gone silent (tools/report_nodes.py): whatever the launchers saw followed
+        return "node_loss"
     if rerun_check and row.exit_code in RERUN_EXIT_CODES:
         return "silent_corruption"
     if detected == SIGNAL_EXITED:

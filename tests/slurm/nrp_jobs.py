@@ -227,9 +227,11 @@ def launcher_times(text: str, pattern: str = "") -> list[float]:
 # ------------------------------------------------------- a node of a running job, lost or frozen from outside
 
 
-def job_processes(job_id: str, node_id: str) -> dict[int, str]:
+def job_processes(job_id: str, node_id: str, ranks_only: bool = False) -> dict[int, str]:
     """pid -> node name of every process of Slurm job ``job_id`` on its ``node_id``-th node (SLURM_NODEID), read
-    from /proc/<pid>/environ: the task processes and everything they started (launcher, monitors, ranks)."""
+    from /proc/<pid>/environ: the task processes and everything they started (launcher, monitors, ranks).
+    ``ranks_only``: only the training ranks (torch's launcher gives each worker LOCAL_RANK; the launcher and its
+    monitors have none): a rank that dies on a healthy node."""
     found = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -243,6 +245,7 @@ def job_processes(job_id: str, node_id: str) -> dict[int, str]:
             env.get(b"SLURM_JOB_ID") == job_id.encode()
             and env.get(b"SLURM_NODEID") == node_id.encode()
             and env.get(b"SLURM_STEP_ID", b"batch") not in (b"batch", b"extern")
+            and (not ranks_only or b"LOCAL_RANK" in env)
         ):
             found[int(entry)] = env.get(b"SLURMD_NODENAME", b"?").decode()
     return found
@@ -257,6 +260,7 @@ def signal_node_when(
     node_id=lambda job: "1",
     timeout: float = 500,
     choose_after: str | None = None,
+    ranks_only: bool = False,
 ) -> bool:
     """Once attempt ``attempt``'s log matches ``pattern``, send ``sig`` to every process of the job on one of its
     nodes (``node_id(job)``, SLURM_NODEID; by default the second node, the one running rank 1): SIGKILL is a node
@@ -266,19 +270,21 @@ def signal_node_when(
     ``pattern``. Taking a node's processes reads every process's environment (and ``node_id`` may read more, e.g.
     the host's sockets): seconds on a loaded host, longer than the few steps between ``pattern`` and the next
     checkpoint; chosen ahead, the signal follows ``pattern`` within one 0.1 s poll. Processes of that node that
-    started after the choice (none are expected once its ranks run) are signalled in a second pass."""
+    started after the choice (none are expected once its ranks run) are signalled in a second pass. ``ranks_only``:
+    only the node's training ranks (see :func:`job_processes`)."""
     deadline = time.monotonic() + timeout
     chosen: tuple[str, dict[int, str]] | None = None
     while time.monotonic() < deadline:
         text = job.attempt_logs().get(attempt, "")
         if chosen is None and choose_after is not None and re.search(choose_after, text):
             node = node_id(job)
-            chosen = (node, job_processes(job.job_id, node))
+            chosen = (node, job_processes(job.job_id, node, ranks_only))
         if re.search(pattern, text):
             node, procs = chosen if chosen is not None else (node_id(job), {})
-            procs = procs or job_processes(job.job_id, node)
+            procs = procs or job_processes(job.job_id, node, ranks_only)
             at = _signal(procs, sig)
-            procs.update(late := {p: n for p, n in job_processes(job.job_id, node).items() if p not in procs})
+            late = {p: n for p, n in job_processes(job.job_id, node, ranks_only).items() if p not in procs}
+            procs.update(late)
             _signal(late, sig)
             record.update(node=sorted(set(procs.values())), pids=sorted(procs), at=at)
             return True

@@ -62,6 +62,14 @@ STEPS = 20  # the reference config's train.train_iters; checkpoint every 5 steps
 FAULT_STEP = 13  # the killed rank's attempt resumes from step 10
 
 
+# The user's own setup_lines (kept and called by the plugins' srun function): in the first run only, the launchers'
+# step asks for more CPUs per task than a node has, and Slurm refuses to create it ("srun: error: Unable to create
+# step for job <id>: More processors requested than permitted"): a failed step with no line naming a node.
+NO_STEP_ON_FIRST_RUN = """if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then
+  srun() { case " $* " in *" ft_launcher "*) command srun --cpus-per-task=64 "$@" ;; *) command srun "$@" ;; esac; }
+fi"""
+
+
 def _ft(**overrides) -> dict:
     settings = dict(
         num_in_job_restarts=1,
@@ -135,16 +143,20 @@ def jobs(local_slurm, tmp_path_factory):
             nodes=2,
             ntasks_per_node=1,
         ),
-        # Issue 32. A 2-node step Slurm refuses to create (more CPUs per task than a node has: "srun: error: Unable
-        # to create step for job <id>: More processors requested than permitted"): no "srun: error: <node>: task"
-        # line; the guard requeues without excluding a node, and says so, once, and the job then ends FAILED, out
-        # of retries. No launcher starts: seconds of 2 nodes.
-        "no-node-line": dict(
-            env={"NVRX_ENABLE_MULTI_LAUNCHERS_PER_NODE": "1"},
-            ft=_ft(num_in_job_restarts=0, num_job_retries_on_failure=1),
+        # Issue 32, two endings of a 2-node job in one launch (each asserted on its own run). Run 0: the step Slurm
+        # refuses to create (NO_STEP_ON_FIRST_RUN), no "srun: error: <node>: task" line; the guard requeues without
+        # excluding a node, and says so once (no launcher starts: seconds). Run 1: the second node is slow (every
+        # rank started on it 3x slower, NRP_FAULT=slow_node); NVRx's detector reports once its 16 estimation
+        # iterations are done and then every iteration (an interval below one step), so Megatron Bridge's straggler
+        # stop saves and exits 0 at step 17 of 20, on iteration counts, not time; the guard requeues excluding the
+        # node reported. Run 2, on other nodes at full speed, resumes there and finishes.
+        "straggler-stop": dict(
+            env={"NRP_FAULT": "slow_node", "NRP_FAULT_STEP": "0", "NVRX_ENABLE_MULTI_LAUNCHERS_PER_NODE": "1"},
+            ft=_ft(num_in_job_restarts=0, num_job_retries_on_failure=2, calc_ft_timeouts=False),
+            straggler=dict(stop_if_detected=True, report_time_interval=0.05, gpu_relative_perf_threshold=0.7),
+            setup_lines=NO_STEP_ON_FIRST_RUN,
             nodes=2,
             ntasks_per_node=1,
-            srun_args=["--cpus-per-task=64"],
         ),
         # Issue 34. Two training nodes and one hot spare (3 nodes); a training node that does not host the
         # rendezvous store is lost after the step-5 checkpoint (killed from outside): the spare takes its place in
@@ -203,7 +215,6 @@ def jobs(local_slurm, tmp_path_factory):
             ntasks_per_node=spec.get("ntasks_per_node", 2),
             straggler=spec.get("straggler"),
             setup_lines=spec.get("setup_lines"),
-            srun_args=spec.get("srun_args"),
         )
         if name in faults:
             inject, records = faults[name]
@@ -481,16 +492,52 @@ def test_a_step_that_fails_without_a_node_line_is_requeued_without_excluding_a_n
     """Issue 32: a failed multi-node step whose output names no node (Slurm could not create it) is requeued with no
     node excluded, and the guard says why; NeMo-Run's template turns `set -e` on after the step, and the guard's
     search for a node line that finds none must not end the batch script before the requeue."""
-    job, _, res = jobs["no-node-line"]
-    logs = job.logs()
-    assert "srun: error: Unable to create step" in logs, logs[-4000:]
-    assert not re.search(r"^srun: error: \S+: tasks? \d", logs, re.M), logs[-4000:]
-    said = re.findall(r"^nemo-resiliency-plugins: no 'srun: error: <node>: task' line: cannot tell", logs, re.M)
-    assert len(said) == 1, logs[-4000:]  # run 0 is requeued; run 1 is out of retries
-    assert not re.search(r"^nemo-resiliency-plugins: .*the requeued job excludes", logs, re.M), logs[-4000:]
-    assert (res.state, res.restarts) == ("FAILED", 1), res.record
-    assert res.record.get("ExcNodeList") in (None, "(null)", ""), res.record
-    assert "] FINISHED step=" not in logs
+    job, _, res = jobs["straggler-stop"]
+    attempts, logs = job.attempt_logs(), job.logs()
+    assert re.search(r"^srun: error: Unable to create step for job \d+", logs, re.M), logs[-6000:]
+    assert not re.search(r"^srun: error: \S+: tasks? \d", logs, re.M), logs[-6000:]
+    assert "FINISHED" not in attempts.get(0, "") and "iteration" not in attempts.get(0, ""), attempts.get(0)
+    guard = [ln for ln in logs.splitlines() if ln.startswith("nemo-resiliency-plugins: ")]
+    no_line = [i for i, ln in enumerate(guard) if "no 'srun: error: <node>: task' line: cannot tell" in ln]
+    assert len(no_line) == 1, guard
+    # Its requeue excludes nothing: the next guard line is the next run's (the straggler stop's).
+    following = guard[no_line[0] + 1 :]
+    assert following and "straggler" in following[0], guard
+    assert not any("excludes" in ln for ln in guard[: no_line[0] + 1]), guard
+    assert res.restarts >= 1 and 1 in attempts, (res.record, logs[-6000:])
+
+
+def test_straggler_stop_requeues_the_job_without_the_slow_node(jobs):
+    """Issue 32: Megatron Bridge's straggler stop exits 0 like a finished run; the guard tells them apart by its
+    log lines and requeues the job away from the node the report names; the next run finishes with the fault-free
+    parameters."""
+    baseline = finished_hash(jobs["fault-free"][0].logs())
+    job, save, res = jobs["straggler-stop"]
+    attempts, logs = job.attempt_logs(), job.logs()
+    slow = (save / "nrp_slow_node").read_text().strip()
+    assert (res.state, res.exit_code) == ("COMPLETED", 0), (res.record, logs[-8000:])
+    assert res.restarts == 2, res.record
+    # Run 1: the slow node's rank is reported, Megatron Bridge's loop stops (exit 0), the guard requeues without it.
+    assert f"SLOW_NODE {slow} rank=1" in attempts[1], attempts[1][-6000:]
+    assert "StragglerId(rank=1," in attempts[1] and "Exiting program due to straggler detection." in attempts[1]
+    excluded = re.findall(
+        r"^nemo-resiliency-plugins: node (\S+) was reported as a straggler \(training stopped\): the requeued job "
+        r"excludes (\S+)$",
+        logs,
+        re.M,
+    )
+    assert [node for node, _ in excluded] == [slow], (excluded, slow, logs[-8000:])
+    assert "finished, not requeued" in logs
+    # Run 2 ran elsewhere at full speed, resumed from the straggler stop's checkpoint, and matches the fault-free run.
+    last = attempts[2]
+    assert "SLOW_NODE" not in last and "Exiting program due to straggler" not in last, last[-6000:]
+    stopped = int(re.findall(r"EXIT on straggler step=(\d+)", attempts[1])[-1])
+    assert stopped < STEPS and f"RESUMED from step {stopped}" in last, last[-6000:]
+    assert finished_hash(last) == baseline
+    # The report: run 1 ended by the straggler stop, on rank 1, on the slow node (NVRx's rank assignment).
+    report = _report(job)
+    (stop_row,) = [row for row in report.rows if row.detected_by and "straggler" in row.detected_by]
+    assert (stop_row.attempt, stop_row.detected_on_rank, stop_row.node) == (1, 1, slow), report.rows
 
 
 # ------------------------------------------------------ issue 36: `nemo-resiliency report` on the jobs above

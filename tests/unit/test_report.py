@@ -38,6 +38,7 @@ Each field the report gives is checked against what the test injected.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import re
@@ -49,7 +50,7 @@ import pytest
 from nemo_resiliency_plugins.tools.cli import main
 from nemo_resiliency_plugins.tools.report import parse_attempt, report_experiment
 from nemo_resiliency_plugins.tools.report_nodes import expand_nodelist
-from nemo_resiliency_plugins.tools.report_plan import compare, saved_plugins
+from nemo_resiliency_plugins.tools.report_plan import compare, fault_class, saved_plugins
 from nemo_resiliency_plugins.tools.report_timeline import cycle_phases
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "job-logs"
@@ -189,6 +190,15 @@ def test_a_ranks_fault_is_placed_on_the_node_its_launcher_ran_on(tmp_path):
     # A LocalExecutor job names no node.
     (local,) = report_experiment(unpack("local-ft-kill-then-hang", tmp_path))
     assert [row.node for row in local.rows] == [None] * len(local.rows)
+
+
+def test_a_lost_or_silent_node_is_plans_node_loss_whatever_the_launchers_saw(tmp_path):
+    (job,) = report_experiment(unpack("slurm-two-nodes-lost-then-frozen", tmp_path))
+    lost, frozen, last = job.rows
+    # The launchers saw a SIGTERM (a dead process to plan) and a section timeout (a hang): the node is what failed.
+    assert [fault_class(row, rerun_check=False) for row in job.rows] == ["node_loss", "node_loss", None]
+    assert fault_class(dataclasses.replace(lost, node_fault=None), rerun_check=False) == "dead_process"
+    assert fault_class(dataclasses.replace(frozen, node_fault=None), rerun_check=False) == "hang"
 
 
 @pytest.mark.parametrize(
