@@ -10,6 +10,7 @@ tests/slurm/test_fault_tolerance_slurm.py::test_a_spare_node_replaces_a_lost_nod
 from __future__ import annotations
 
 import subprocess
+import time
 
 import pytest
 
@@ -151,3 +152,58 @@ def test_a_step_that_finished_after_a_replacement_is_a_finished_step(tmp_path):
 def test_a_failed_step_keeps_srun_s_code(tmp_path, lines, why):
     _, code, out = _step(tmp_path, lines, rc=137)
     assert code == 137, (why, out)
+
+
+def test_a_step_a_frozen_node_keeps_running_after_training_finished_is_stopped(tmp_path):
+    """A frozen node's task never ends and srun (--wait=0) waits for it: once the active launchers said they exited
+    0 and the step still runs NRP_SPARE_FINISH_GRACE seconds later, the block's watcher stops it (here squeue knows
+    no job 7, so srun itself is stopped) and the step counts as finished. The stand-in srun writes the launchers'
+    lines and then does not return, as srun waiting for a stopped task (its sleep, left behind when srun is stopped,
+    writes to no pipe of this test's)."""
+    log = tmp_path / "step.log"
+    log.write_text("")
+    lines = [line("40,000", I, 0, ZERO), line("40,100", I, 2, ZERO)]
+    stand_in = (
+        f'srun() {{ printf "%s\\n" {" ".join(repr(x) for x in lines)} >> {log}; sleep 120 >/dev/null 2>&1; return 0; }}'
+    )
+    program = "\n".join(
+        [
+            "TORCHX_MAX_RETRIES=0 SLURM_JOB_NUM_NODES=3 NRP_SPARE_NODES=1 SLURM_JOB_ID=7 NRP_SPARE_FINISH_GRACE=1",
+            slurm_script._CHAIN_HELPERS,
+            stand_in,
+            slurm_script._REQUEUE_GUARD,
+            slurm_script._SPARE_NODES,
+            f"srun --output {log} --kill-on-bad-exit=0 --wait=0 ft_launcher --rdzv-backend c10d --nnodes 3 train.py",
+            'echo "exitcode=$?"',
+        ]
+    )
+    started = time.monotonic()
+    done = subprocess.run(["bash", "-c", program], capture_output=True, text=True, timeout=90)
+    took = time.monotonic() - started
+    out = done.stdout
+    assert "training finished on the active nodes, but the step still ran 1 s later" in out, (out, done.stderr)
+    # srun's stand-in ends with code 0 when its sleep is killed first, 137 when it is killed first: either way the
+    # step counts as finished (on 137 the block says why).
+    assert out.strip().endswith("exitcode=0"), out
+    # Polled every 5 s, 1 s of grace: stopped within two polls and the grace, long before the stand-in's 120 s.
+    assert took < 60, took
+
+
+def test_a_step_still_training_is_not_stopped(tmp_path):
+    """Fewer launchers than train have exited: the watcher leaves the step alone (here it ends on its own)."""
+    log = tmp_path / "step.log"
+    log.write_text("")
+    stand_in = f'srun() {{ printf "%s\\n" {line("40,000", I, 0, ZERO)!r} >> {log}; sleep 12; return 0; }}'
+    program = "\n".join(
+        [
+            "TORCHX_MAX_RETRIES=0 SLURM_JOB_NUM_NODES=3 NRP_SPARE_NODES=1 SLURM_JOB_ID=7 NRP_SPARE_FINISH_GRACE=1",
+            slurm_script._CHAIN_HELPERS,
+            stand_in,
+            slurm_script._REQUEUE_GUARD,
+            slurm_script._SPARE_NODES,
+            f"srun --output {log} --kill-on-bad-exit=0 --wait=0 ft_launcher --rdzv-backend c10d --nnodes 3 train.py",
+            'echo "exitcode=$?"',
+        ]
+    )
+    done = subprocess.run(["bash", "-c", program], capture_output=True, text=True, timeout=90)
+    assert "stopping" not in done.stdout and done.stdout.strip().endswith("exitcode=0"), done.stdout

@@ -27,8 +27,44 @@ nrp_spare_finished() {  # exit 0 when the last step's launchers say training fin
   nrp_zero=$(nrp_step_log | grep -cE "Agent exits with exit code = 0\b")
   [ "${nrp_zero:-0}" -ge "$nrp_active" ]
 }
+# A node that froze (every process on it stopped: kernel, driver or file-system hang) is replaced like a lost one:
+# the other ranks' section timeout ends the cycle and a spare joins the next rendezvous. But its task never ends,
+# and srun (--wait=0, so that one dead node does not end the step) waits for it: the step, and the job with it,
+# would hold every node until the time limit after training finished. So while the launchers' step runs, a
+# watcher looks at the end of their log every 5 s (the last 64 KiB of each file: when training finished, the
+# launchers' exit lines are the last ones written; nothing else is read, whatever the log's size); once at least
+# the active count of launchers said "Agent exits with exit code = 0" and none a non-zero code, and the step is
+# still running NRP_SPARE_FINISH_GRACE seconds (default 30) later, it stops the step (scancel --signal=KILL). The
+# step then ends as any step that finished after a replacement (nrp_spare_finished above reads the whole log).
+nrp_spare_tail_finished() {  # the same verdict, on the end of the step's log files only
+  local nrp_file nrp_active=$(( ${SLURM_JOB_NUM_NODES:-1} - ${NRP_SPARE_NODES:-0} )) nrp_tail
+  nrp_tail=$(while read -r _ nrp_file; do tail -c 65536 "$nrp_file" 2>/dev/null; done < "$NRP_STEP_LOGS")
+  printf '%s\n' "$nrp_tail" | grep -qE "exit code = [1-9]" && return 1
+  [ "$(printf '%s\n' "$nrp_tail" | grep -cE "Agent exits with exit code = 0\b")" -ge "$nrp_active" ]
+}
+nrp_spare_watch() {  # SRUN_PID, in the background while the launchers' step runs
+  local nrp_since='' nrp_step nrp_grace=${NRP_SPARE_FINISH_GRACE:-30}
+  set +x  # the template traces the batch script: not this loop
+  while sleep 5; do
+    kill -0 "$1" 2>/dev/null || return 0
+    if ! nrp_spare_tail_finished; then nrp_since=''; continue; fi
+    [ -n "$nrp_since" ] || nrp_since=$SECONDS
+    [ $(( SECONDS - nrp_since )) -ge "$nrp_grace" ] || continue
+    nrp_step=$(squeue -h -s -j "$SLURM_JOB_ID" -o '%i %j' 2>/dev/null |
+      awk '$2 == "ft_launcher" {s = $1} END {print s}')
+    echo "nemo-resiliency-plugins: training finished on the active nodes, but the step still ran ${nrp_grace} s" \
+      "later (a task on a frozen node): stopping step ${nrp_step:-(not found: stopping srun)}"
+    # Without the step's id (squeue did not answer) srun itself is stopped (with the shell function around it):
+    # the batch script goes on, and the job's end takes the step's last tasks with it.
+    if [ -z "$nrp_step" ] || ! scancel --signal=KILL "$nrp_step"; then
+      pkill -KILL -P "$1" 2>/dev/null
+      kill -KILL "$1" 2>/dev/null
+    fi
+    return 0
+  done
+}
 srun() {
-  local nrp_arg nrp_prev='' nrp_launcher=0 nrp_rc
+  local nrp_arg nrp_prev='' nrp_launcher=0 nrp_rc nrp_srun_pid nrp_watch_pid
   local -a nrp_args=()
   for nrp_arg in "$@"; do
     case "$nrp_arg" in
@@ -51,8 +87,17 @@ srun() {
     $NRP_SRUN_SPARES "$@"
     return
   fi
-  $NRP_SRUN_SPARES "${nrp_args[@]}"
+  $NRP_SRUN_SPARES "${nrp_args[@]}" &
+  nrp_srun_pid=$!
+  nrp_spare_watch "$nrp_srun_pid" &
+  nrp_watch_pid=$!
+  # A trap (the preemption forwarding's) ends a wait early: wait again until srun itself has ended; bash keeps
+  # its exit status for the last wait.
+  while kill -0 "$nrp_srun_pid" 2>/dev/null; do wait "$nrp_srun_pid"; done
+  wait "$nrp_srun_pid"
   nrp_rc=$?
+  kill "$nrp_watch_pid" 2>/dev/null
+  wait "$nrp_watch_pid" 2>/dev/null
   if [ "$nrp_rc" != 0 ] && nrp_spare_finished; then
     echo "nemo-resiliency-plugins: step exit code $nrp_rc, but every launcher that ended says training finished" \
       "(a node was lost and a spare took its place): the step finished"
