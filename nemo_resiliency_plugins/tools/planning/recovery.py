@@ -23,6 +23,11 @@ DEFAULT_HUMAN_S = 3600.0  # a person noticing a FAILED job and resubmitting it
 DEFAULT_SDC_ROLLBACK_S = 3600.0  # training redone when a person finds corrupted numbers later (no check)
 NCCL_TIMEOUT_S = 600.0  # Megatron Bridge's dist.distributed_timeout_minutes default (10): a hang's last resort
 NVRX_SAFETY_FACTOR = 5.0  # NVRx TimeoutsCalc: computed timeout = 5 x the longest observed section time
+# A lost node replaced by a spare inside the job (FaultTolerancePlugin.spare_nodes) costs this many in-place
+# restarts: measured by benchmarks/spare_nodes/run.py on the 4-node local Slurm (2026-12-07, 2 runs each): the kill
+# -> the first iteration after the resume took 11.7 s with a spare vs 10.0 s when only the node's ranks were
+# restarted on the same nodes (the spare's launcher joins a new rendezvous round; its ranks start and load as any).
+SPARE_VS_IN_PLACE = 1.17
 
 
 def _check(owner: str, name: str, value: float | None, *, minimum: float = 0.0, strict: bool = True) -> None:
@@ -149,7 +154,8 @@ def fault_costs(params: RunParams, mech: MechanismSet) -> dict[str, FaultCost]:
     requeue = params.requeue_s + in_place
     restart = in_place if mech.launcher_restarts else requeue
     local = "local" if mech.local_checkpoints else "persistent"
-    node_restart = in_place if (mech.warm_reserve_nodes > 0 and mech.launcher_restarts) else requeue
+    spare = mech.warm_reserve_nodes > 0 and mech.launcher_restarts
+    node_restart = SPARE_VS_IN_PLACE * in_place if spare else requeue
     costs = {
         "dead_process": FaultCost(mech.check_interval_s / 2.0, restart, local, True),
         "hang": FaultCost(hang_detect_s(mech), restart, local, True),

@@ -9,6 +9,7 @@ from nemo_resiliency_plugins.tools.planning.recovery import (
     DEFAULT_HUMAN_S,
     DEFAULT_REQUEUE_S,
     DEFAULT_RESTART_S,
+    SPARE_VS_IN_PLACE,
     hang_detect_s,
 )
 
@@ -19,7 +20,8 @@ def stated_defaults(*, restart_given: bool, async_save: bool) -> list[str]:
     if not restart_given:
         stated.append(f"restart {DEFAULT_RESTART_S:g} s (pass --restart-time; rehearse or the benchmark measure it)")
     stated.append(
-        f"checkpoint load = save time; requeue {DEFAULT_REQUEUE_S:g} s; a person resubmits in {DEFAULT_HUMAN_S:g} s"
+        f"checkpoint load = save time; requeue {DEFAULT_REQUEUE_S:g} s; a person resubmits in {DEFAULT_HUMAN_S:g} s;"
+        f" a spare node's replacement = {SPARE_VS_IN_PLACE:g} x a restart (benchmarks/spare_nodes)"
     )
     if async_save:
         stated.append("an async save blocks training for one step")
