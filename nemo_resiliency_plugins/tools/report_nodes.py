@@ -8,7 +8,9 @@ launcher's view alone blames a healthy rank). The node comes from three things t
   ``++ scontrol show hostnames <nodelist>`` at its start; that line also separates the attempts in the batch log
   (a requeued job appends to the same file). Slurm gives task *i* of a one-launcher-per-node step the *i*-th node.
 * srun's ``srun: error: <node>: task <i>: Killed``: a launcher task killed outright. ft_launcher never ends that
-  way on its own; when nothing of ours stopped the step first, its node was lost.
+  way on its own: a line before the guard stopped the step is a node lost; one after the spare block stopped a
+  step that outlived training is a node that froze (its task never ended); one after the guard's silent-node
+  watchdog stopped the step is that watchdog's doing (its verdict line names the node).
 * the requeue guard's verdict lines (``core/sbatch/requeue_guard.sh``): a node that went silent (frozen) after a
   section timeout elsewhere; the node srun named first.
 * NVRx's ``infra:<task>(..) ... Assigned active rank <group>`` lines: which launcher (task, hence node) holds which
@@ -31,7 +33,8 @@ _HOSTNAMES = re.compile(r"\+\+ scontrol show hostnames ('?)([^' ]+)\1")  # fullm
 _SRUN_ERROR = re.compile(r"srun: error: ([A-Za-z0-9._-]+): tasks? ([0-9,-]+): (.+)")  # fullmatch
 _GUARD = re.compile(r"nemo-resiliency-plugins: (.+)")  # fullmatch (bash's trace of the echo starts with "+ ")
 _SILENT = re.compile(r"node ([A-Za-z0-9._-]+) went silent(?:: (.*?))?(?:: the requeued job .*)?")  # fullmatch
-_STOPPING = re.compile(r"stopping step \S+")  # the guard ended the step itself: srun's "Killed" lines are its doing
+_STOPPING = re.compile(r".*stopping step \S+.*")  # fullmatch: the guard ended the step itself
+_FROZEN_STOP = re.compile(r".*\(a task on a frozen node\): stopping step .*")  # fullmatch: core/sbatch/spare_nodes.sh
 _ASSIGNED = re.compile(r"infra:(\d+)\(\d+\)\].*\bAssigned active rank (\d+) \(round=\d+\)")
 _RESTART = re.compile(r"\brestart_count=(\d+)\b")
 _NPROC = re.compile(r"\s*nproc_per_node\s*:\s*(\d+)\s*")  # fullmatch: the launch config torch's agent prints
@@ -44,6 +47,9 @@ class SlurmAttempt:
     nodes: list[str]
     srun_errors: list[tuple[str, str, str]] = field(default_factory=list)  # (node, task(s), what)
     guard: list[str] = field(default_factory=list)
+    # srun's "Killed" tasks as (node, task(s), what, why): why is "lost", or "frozen" when the spare block had
+    # stopped a step that outlived training, or "stopped" when the guard's watchdog had (read in the log's order)
+    killed: list[tuple[str, str, str, str]] = field(default_factory=list)
 
 
 def expand_nodelist(nodelist: str) -> list[str]:
@@ -76,6 +82,10 @@ def slurm_attempts(batch_text: str) -> list[SlurmAttempt]:
             continue
         elif m := _SRUN_ERROR.fullmatch(line):
             attempts[-1].srun_errors.append((m.group(1), m.group(2), m.group(3)))
+            if m.group(3).strip() == "Killed":
+                stops = [g for g in attempts[-1].guard if _STOPPING.fullmatch(g)]
+                why = "lost" if not stops else "frozen" if _FROZEN_STOP.fullmatch(stops[0]) else "stopped"
+                attempts[-1].killed.append((m.group(1), m.group(2), m.group(3), why))
         elif m := _GUARD.fullmatch(line):
             attempts[-1].guard.append(m.group(1))
     return attempts
@@ -106,22 +116,32 @@ def place(report: AttemptReport, log_text: str, slurm: SlurmAttempt) -> None:
         task = tasks.get(row.cycle, {}).get(group, group)
         if 0 <= task < len(nodes):
             row.node = nodes[task]
-    # The node-level verdict belongs to the cycle the node's failure ended: the attempt's last one that did not
-    # finish (a spare node's job trains on after the loss, in a later cycle of the same attempt).
+    # A node-level verdict belongs to the cycle the node's failure ended: the last unfinished cycle in which the
+    # node's launcher held ranks (a spare node's job trains on after a loss, in later cycles of the same attempt),
+    # or, without NVRx's assignment lines, the attempt's last unfinished cycle.
     ended = [row for row in report.cycles if row.finished_step is None]
     if not ended:
         return
-    row = ended[-1]
     for line in slurm.guard:
         if m := _SILENT.fullmatch(line):
+            row = ended[-1]
             row.node, row.node_fault = m.group(1), "went silent" + (f" ({m.group(2)})" if m.group(2) else "")
             return
-    if any(_STOPPING.search(line) for line in slurm.guard):
-        return  # the guard stopped the step: the tasks srun reports killed are its doing
-    killed = next(((node, t, what) for node, t, what in slurm.srun_errors if what.strip() == "Killed"), None)
-    if killed is not None:
-        node, task, what = killed
-        row.node, row.node_fault = node, f"lost (srun: error: {node}: task {task}: {what})"
+    placed: set[int] = set()
+    for node, task, what, why in slurm.killed:
+        if why == "stopped":
+            continue  # the guard's watchdog stopped the step: the tasks srun reports killed are its doing
+        held = [row for row in ended if task.isdigit() and int(task) in tasks.get(row.cycle, {}).values()]
+        candidates = held if tasks else [ended[-1]]
+        row = next((r for r in reversed(candidates) if r.cycle not in placed), None)
+        if row is None:
+            continue  # a spare that never trained, or a cycle already placed
+        placed.add(row.cycle)
+        if why == "frozen":
+            fault = f"froze (its task outlived training; the spare block stopped it: srun: error: {node}: task {task})"
+        else:
+            fault = f"lost (srun: error: {node}: task {task}: {what})"
+        row.node, row.node_fault = node, fault
 
 
 def place_all(attempts: list[AttemptReport], job_dir: Path) -> None:

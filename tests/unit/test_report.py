@@ -29,6 +29,11 @@ launcher logs, the Slurm batch log), taken from one run of the suite on 2026-12-
 * ``slurm-two-node-crash-loop`` (a run of commit a23cd9e): the same file's 2-node crash loop, one rank per node,
   two launchers' lines in one log: the killed rank's launcher (on the second node) names it by its local rank 0.
 
+* ``slurm-spare-lost-then-frozen`` (a run of the Slurm FT module on 2026-12-07, commit 6e55d69 + the frozen spare
+  case): the 2-node job with two spare nodes: nrp-node3 (task 2) SIGKILLed after the step-5 save, a spare
+  (nrp-node2, task 1) trains in its place, and freezes (SIGSTOP) after the step-15 save; the other spare (nrp-node4)
+  trains to the end, and the spare block stops the step the frozen task held.
+
 * ``experiment-ft-kill-then-hang`` (the project CI's run of commit 29a0657): the kill-then-hang job as NeMo-Run saved
   its whole experiment (``$NEMORUN_HOME/experiments/<title>/<id>`` with ``_CONFIG`` and ``_TASKS``), so that the
   report reads the job's plugins for the comparison with ``plan``.
@@ -177,6 +182,21 @@ def test_two_node_job_names_the_lost_and_the_frozen_node(tmp_path, capsys):
         main(["report", str(tmp_path / "slurm-two-nodes-lost-then-frozen")])
     words = " ".join(re.findall(r"[\w'.-]+", capsys.readouterr().out))  # the table's cells wrap: its words
     assert "node lost launchers saw rank killed by signal 15" in words, words
+
+
+def test_a_spare_job_names_the_lost_node_and_the_frozen_node_each_on_its_own_cycle(tmp_path):
+    """One Slurm attempt, three cycles: srun's "Killed" line for task 2 came before any stop of ours (a node lost,
+    while it held ranks in cycle 0); the one for task 1 came after the spare block stopped a step that outlived
+    training (a node that froze, while it held ranks in cycle 1). The launchers saw a peer's death and a section
+    timeout on rank 0's node: the nodes are what failed."""
+    (job,) = report_experiment(unpack("slurm-spare-lost-then-frozen", tmp_path))
+    assert (job.requeues, job.restarts, job.finished) == (0, 2, True)
+    lost, frozen, last = job.rows
+    assert (lost.node, lost.node_fault) == ("nrp-node3", "lost (srun: error: nrp-node3: task 2: Killed)")
+    assert frozen.node == "nrp-node2" and frozen.node_fault.startswith("froze (its task outlived training"), frozen
+    assert frozen.detected_by.startswith("section 'step' timeout") and frozen.detected_on_rank == 0
+    assert (last.resumed_from, last.finished_step, last.node, last.node_fault) == (15, 20, None, None)
+    assert [fault_class(row, rerun_check=False) for row in job.rows] == ["node_loss", "node_loss", None]
 
 
 def test_a_ranks_fault_is_placed_on_the_node_its_launcher_ran_on(tmp_path):

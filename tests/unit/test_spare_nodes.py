@@ -79,6 +79,11 @@ SPARE_DONE = "launcher.py:1694 Agent .run() returned None (hot spare or standby 
 FAILED = "Some rank(s) exited with non-zero exit code: {0: ProcessFailure(...)}. Agent's exit code = 1"
 
 
+# The block asks squeue for the job's steps (the watcher below): here a stand-in that knows no job, so that no test
+# reads, or stops, a step of a real Slurm that runs beside the unit tests.
+NO_QUEUE = "squeue() { return 1; }"
+
+
 def _step(tmp_path, lines: list[str], rc: int, nodes: int = 3, spares: int = 1) -> tuple[list[str], int, str]:
     """Run the ft_launcher srun call of a ``nodes``-node job through the guard and the spare block; the stand-in
     below them writes ``lines`` to the step's log and returns ``rc``. Returns (the arguments srun got, the code
@@ -93,6 +98,7 @@ def _step(tmp_path, lines: list[str], rc: int, nodes: int = 3, spares: int = 1) 
         [
             f"TORCHX_MAX_RETRIES=0 SLURM_JOB_NUM_NODES={nodes} NRP_SPARE_NODES={spares} SLURM_JOB_ID=7",
             slurm_script._CHAIN_HELPERS,
+            NO_QUEUE,
             stand_in,
             slurm_script._REQUEUE_GUARD,
             slurm_script._SPARE_NODES,
@@ -154,22 +160,23 @@ def test_a_failed_step_keeps_srun_s_code(tmp_path, lines, why):
     assert code == 137, (why, out)
 
 
-def test_a_step_a_frozen_node_keeps_running_after_training_finished_is_stopped(tmp_path):
-    """A frozen node's task never ends and srun (--wait=0) waits for it: once the active launchers said they exited
-    0 and the step still runs NRP_SPARE_FINISH_GRACE seconds later, the block's watcher stops it (here squeue knows
-    no job 7, so srun itself is stopped) and the step counts as finished. The stand-in srun writes the launchers'
-    lines and then does not return, as srun waiting for a stopped task (its sleep, left behind when srun is stopped,
-    writes to no pipe of this test's)."""
+def _watched_step(
+    tmp_path, lines: list[str], hold_s: int, slurm: str = NO_QUEUE
+) -> tuple[subprocess.CompletedProcess, float]:
+    """A 3-node job with 1 spare whose stand-in srun writes ``lines`` to the step's log and then runs ``hold_s``
+    seconds more (its pid in ``srun.pid``, a ``srun.started`` file once it runs), with the block's watcher after a
+    1 s grace; ``slurm``: stand-ins for squeue and scancel. Returns the batch script's run and its duration."""
     log = tmp_path / "step.log"
     log.write_text("")
-    lines = [line("40,000", I, 0, ZERO), line("40,100", I, 2, ZERO)]
     stand_in = (
-        f'srun() {{ printf "%s\\n" {" ".join(repr(x) for x in lines)} >> {log}; sleep 120 >/dev/null 2>&1; return 0; }}'
+        f'srun() {{ echo "$BASHPID" > {tmp_path}/srun.pid; touch {tmp_path}/srun.started; '
+        f'printf "%s\\n" {" ".join(repr(x) for x in lines)} >> {log}; sleep {hold_s} >/dev/null 2>&1; return 0; }}'
     )
     program = "\n".join(
         [
             "TORCHX_MAX_RETRIES=0 SLURM_JOB_NUM_NODES=3 NRP_SPARE_NODES=1 SLURM_JOB_ID=7 NRP_SPARE_FINISH_GRACE=1",
             slurm_script._CHAIN_HELPERS,
+            slurm,
             stand_in,
             slurm_script._REQUEUE_GUARD,
             slurm_script._SPARE_NODES,
@@ -179,31 +186,48 @@ def test_a_step_a_frozen_node_keeps_running_after_training_finished_is_stopped(t
     )
     started = time.monotonic()
     done = subprocess.run(["bash", "-c", program], capture_output=True, text=True, timeout=90)
-    took = time.monotonic() - started
+    return done, time.monotonic() - started
+
+
+FINISHED = [line("40,000", I, 0, ZERO), line("40,100", I, 2, ZERO)]
+
+
+def test_a_step_a_frozen_node_keeps_running_after_training_finished_is_stopped(tmp_path):
+    """A frozen node's task never ends and srun (--wait=0) waits for it: once the active launchers said they exited
+    0 and the step still runs NRP_SPARE_FINISH_GRACE seconds later, the block's watcher stops the launchers' step,
+    the first step started after srun was called (squeue's stand-in: step 0, a user's, and the launchers' step 1
+    once srun runs; scancel's stops the stand-in srun), and the step counts as finished."""
+    slurm = "\n".join(
+        [
+            f"squeue() {{ printf '7.batch\\n7.extern\\n7.0\\n'; [ ! -f {tmp_path}/srun.started ] || echo 7.1; }}",
+            f'scancel() {{ echo "$*" >> {tmp_path}/scancel; pkill -KILL -P "$(cat {tmp_path}/srun.pid)"; '
+            f'kill -KILL "$(cat {tmp_path}/srun.pid)"; }}',
+        ]
+    )
+    done, took = _watched_step(tmp_path, FINISHED, 120, slurm)
     out = done.stdout
     assert "training finished on the active nodes, but the step still ran 1 s later" in out, (out, done.stderr)
-    # srun's stand-in ends with code 0 when its sleep is killed first, 137 when it is killed first: either way the
-    # step counts as finished (on 137 the block says why).
+    assert "stopping step 7.1" in out, out
+    assert (tmp_path / "scancel").read_text() == "--signal=KILL 7.1\n"
+    # scancel's stand-in kills the sleep first, and the stand-in srun may then return 0 before its own kill: either
+    # code is a finished step (on 137 the block says why).
     assert out.strip().endswith("exitcode=0"), out
     # Polled every 5 s, 1 s of grace: stopped within two polls and the grace, long before the stand-in's 120 s.
     assert took < 60, took
 
 
+def test_a_frozen_step_squeue_cannot_name_is_ended_by_stopping_srun(tmp_path):
+    """squeue does not answer: the watcher stops srun itself (the batch script goes on; the job's end takes the
+    step's last tasks with it), and the step counts as finished."""
+    done, took = _watched_step(tmp_path, FINISHED, 120)
+    out = done.stdout
+    assert "still ran 1 s later (a task on a frozen node): stopping step (not found: stopping srun)" in out, out
+    assert out.strip().endswith("exitcode=0"), out
+    assert took < 60, took
+
+
 def test_a_step_still_training_is_not_stopped(tmp_path):
     """Fewer launchers than train have exited: the watcher leaves the step alone (here it ends on its own)."""
-    log = tmp_path / "step.log"
-    log.write_text("")
-    stand_in = f'srun() {{ printf "%s\\n" {line("40,000", I, 0, ZERO)!r} >> {log}; sleep 12; return 0; }}'
-    program = "\n".join(
-        [
-            "TORCHX_MAX_RETRIES=0 SLURM_JOB_NUM_NODES=3 NRP_SPARE_NODES=1 SLURM_JOB_ID=7 NRP_SPARE_FINISH_GRACE=1",
-            slurm_script._CHAIN_HELPERS,
-            stand_in,
-            slurm_script._REQUEUE_GUARD,
-            slurm_script._SPARE_NODES,
-            f"srun --output {log} --kill-on-bad-exit=0 --wait=0 ft_launcher --rdzv-backend c10d --nnodes 3 train.py",
-            'echo "exitcode=$?"',
-        ]
-    )
-    done = subprocess.run(["bash", "-c", program], capture_output=True, text=True, timeout=90)
+    done, took = _watched_step(tmp_path, [line("40,000", I, 0, ZERO)], 12)
     assert "stopping" not in done.stdout and done.stdout.strip().endswith("exitcode=0"), done.stdout
+    assert took >= 12, took  # it ran its course

@@ -42,7 +42,10 @@ nrp_spare_tail_finished() {  # the same verdict, on the end of the step's log fi
   printf '%s\n' "$nrp_tail" | grep -qE "exit code = [1-9]" && return 1
   [ "$(printf '%s\n' "$nrp_tail" | grep -cE "Agent exits with exit code = 0\b")" -ge "$nrp_active" ]
 }
-nrp_spare_watch() {  # SRUN_PID, in the background while the launchers' step runs
+nrp_step_ids() {  # the job's running steps, numbered ones only (not batch or extern), one number per line
+  squeue -h -s -j "$SLURM_JOB_ID" -o '%i' 2>/dev/null | awk -F. '$2 ~ /^[0-9]+$/ {print $2}'
+}
+nrp_spare_watch() {  # SRUN_PID NEWEST_STEP_BEFORE_IT, in the background while the launchers' step runs
   local nrp_since='' nrp_step nrp_grace=${NRP_SPARE_FINISH_GRACE:-30}
   set +x  # the template traces the batch script: not this loop
   while sleep 5; do
@@ -50,8 +53,10 @@ nrp_spare_watch() {  # SRUN_PID, in the background while the launchers' step run
     if ! nrp_spare_tail_finished; then nrp_since=''; continue; fi
     [ -n "$nrp_since" ] || nrp_since=$SECONDS
     [ $(( SECONDS - nrp_since )) -ge "$nrp_grace" ] || continue
-    nrp_step=$(squeue -h -s -j "$SLURM_JOB_ID" -o '%i %j' 2>/dev/null |
-      awk '$2 == "ft_launcher" {s = $1} END {print s}')
+    # The launchers' step: the first one started after srun was called (its name is the shim's "bash", or a
+    # --job-name of the user's srun_args: not a thing to look for).
+    nrp_step=$(nrp_step_ids | awk -v before="$2" '$1 > before && (s == "" || $1 < s) {s = $1} END {print s}')
+    [ -z "$nrp_step" ] || nrp_step=$SLURM_JOB_ID.$nrp_step
     echo "nemo-resiliency-plugins: training finished on the active nodes, but the step still ran ${nrp_grace} s" \
       "later (a task on a frozen node): stopping step ${nrp_step:-(not found: stopping srun)}"
     # Without the step's id (squeue did not answer) srun itself is stopped (with the shell function around it):
@@ -64,7 +69,7 @@ nrp_spare_watch() {  # SRUN_PID, in the background while the launchers' step run
   done
 }
 srun() {
-  local nrp_arg nrp_prev='' nrp_launcher=0 nrp_rc nrp_srun_pid nrp_watch_pid
+  local nrp_arg nrp_prev='' nrp_launcher=0 nrp_rc nrp_srun_pid nrp_watch_pid nrp_before
   local -a nrp_args=()
   for nrp_arg in "$@"; do
     case "$nrp_arg" in
@@ -87,9 +92,10 @@ srun() {
     $NRP_SRUN_SPARES "$@"
     return
   fi
+  nrp_before=$(nrp_step_ids | awk 'BEGIN {m = -1} $1 > m {m = $1} END {print m}')
   $NRP_SRUN_SPARES "${nrp_args[@]}" &
   nrp_srun_pid=$!
-  nrp_spare_watch "$nrp_srun_pid" &
+  nrp_spare_watch "$nrp_srun_pid" "$nrp_before" &
   nrp_watch_pid=$!
   # A trap (the preemption forwarding's) ends a wait early: wait again until srun itself has ended; bash keeps
   # its exit status for the last wait.
