@@ -330,3 +330,14 @@ def training_node_without_store(job) -> str:
     if not found:
         raise AssertionError(f"no launcher but the store host's was given an active rank in round 0: {sorted(active)}")
     return found[-1]
+
+
+def newest_training_node_without_store(job) -> str:
+    """As :func:`training_node_without_store`, in the newest rendezvous round of the first run: after a spare took a
+    lost node's place, the node (a spare until then) that trains beside the store host."""
+    found = [(int(rnd), task) for task, _, rnd in ASSIGNED_ACTIVE.findall(job.attempt_logs().get(0, ""))]
+    newest = max((rnd for rnd, _ in found), default=None)
+    active = sorted({task for rnd, task in found if rnd == newest} - {"0"}, key=int)
+    if not active:
+        raise AssertionError(f"no launcher but the store host's has an active rank in the newest round: {found}")
+    return active[-1]

@@ -21,9 +21,11 @@ Issue 18's life-of-a-job cases run in the same batch of jobs (all submitted toge
   excluding the hung node -> finishes with the fault-free run's parameters. The hung node is the one hosting the
   rendezvous store: the healthy launcher then blocks in a TCPStore call for good, and only the guard's watchdog
   (``silent_node_timeout``) ends the step.
-* issue 34, a 2-node job with one hot spare (3 nodes, ``ft_launcher --nnodes 2:3``): every process of a training
-  node that does not host the rendezvous store is SIGKILLed after the step-5 checkpoint -> the spare joins the next
-  rendezvous in the same Slurm job (no requeue) -> resumes from step 5 with the same world size.
+* issue 34, a 2-node job with two hot spares (4 nodes, ``ft_launcher --nnodes 2:4``): every process of a training
+  node that does not host the rendezvous store is SIGKILLed after the step-5 checkpoint -> a spare joins the next
+  rendezvous in the same Slurm job (no requeue) -> resumes from step 5 with the same world size; then that spare's
+  node freezes after the step-15 save -> the other spare joins the next round -> resumes from step 15, finishes,
+  and the spare block stops the step the frozen task held.
 
 The faulty runs' final parameters must equal the fault-free run's, bit for bit.
 """
@@ -49,6 +51,7 @@ from tests.slurm.nrp_jobs import (
     job_processes,
     launcher_times,
     nemo_run_state,
+    newest_training_node_without_store,
     signal_node_when,
     store_pids,
     submit,
@@ -95,16 +98,28 @@ def _store_host_node(job) -> str:
 RANKS_RUN = r"iteration\s+\d+/"
 
 
-def _lose_a_training_node(job, killed: dict) -> None:
-    signal_node_when(
+def _lose_a_training_node_then_freeze_its_spare(job, killed: dict, frozen: dict) -> None:
+    """Issue 34: a training node lost after the step-5 save (a spare takes its place), then the node that spare
+    was on frozen after the resumed ranks' step-15 save (the second spare takes its place). Both triggers are in
+    the first run's log (no requeue is expected); the freeze is chosen once the ranks resumed."""
+    if signal_node_when(
         job,
         0,
         r"CHECKPOINT saved step=5\b",
         signal.SIGKILL,
         killed,
         training_node_without_store,
-        choose_after=RANKS_RUN,  # the training nodes are known once the ranks run
-    )
+        choose_after=RANKS_RUN,
+    ):
+        signal_node_when(
+            job,
+            0,
+            r"RESUMED from step \d+[\s\S]*CHECKPOINT saved step=15\b",
+            signal.SIGSTOP,
+            frozen,
+            newest_training_node_without_store,
+            choose_after=r"RESUMED from step \d+[\s\S]*" + RANKS_RUN,
+        )
 
 
 def _lose_then_freeze_a_node(job, killed: dict, frozen: dict) -> None:
@@ -158,12 +173,21 @@ def jobs(local_slurm, tmp_path_factory):
             nodes=2,
             ntasks_per_node=1,
         ),
-        # Issue 34. Two training nodes and one hot spare (3 nodes); a training node that does not host the
-        # rendezvous store is lost after the step-5 checkpoint (killed from outside): the spare takes its place in
-        # the same job, no requeue.
+        # Issue 34. Two training nodes and two hot spares (4 nodes); a training node that does not host the
+        # rendezvous store is lost after the step-5 checkpoint (killed from outside): a spare takes its place in
+        # the same job, no requeue. Then that spare's node freezes after the step-15 save: the store host's step
+        # section times out (10 s: the two-node job's 6 s and a margin for the resumed first step), the other
+        # spare takes its place, and once training finished the spare block stops the step the frozen task held
+        # (5 s after the launchers' exit lines: NRP_SPARE_FINISH_GRACE).
         "spare": dict(
-            env={"NRP_STEP_TIME": "0.3", "NVRX_ENABLE_MULTI_LAUNCHERS_PER_NODE": "1"},
-            ft=_ft(num_in_job_restarts=2, num_job_retries_on_failure=1, calc_ft_timeouts=False, spare_nodes=1),
+            env={"NRP_STEP_TIME": "0.3", "NVRX_ENABLE_MULTI_LAUNCHERS_PER_NODE": "1", "NRP_SPARE_FINISH_GRACE": "5"},
+            ft=_ft(
+                num_in_job_restarts=2,
+                num_job_retries_on_failure=1,
+                calc_ft_timeouts=False,
+                spare_nodes=2,
+                section_timeouts={"setup": 300, "step": 10, "checkpointing": 120},
+            ),
             nodes=2,
             ntasks_per_node=1,
         ),
@@ -193,9 +217,10 @@ def jobs(local_slurm, tmp_path_factory):
     killed: dict = {}
     frozen: dict = {}
     spare_killed: dict = {}
+    spare_frozen: dict = {}
     faults = {
         "two-nodes": (_lose_then_freeze_a_node, (killed, frozen)),
-        "spare": (_lose_a_training_node, (spare_killed,)),
+        "spare": (_lose_a_training_node_then_freeze_its_spare, (spare_killed, spare_frozen)),
     }
     injectors: list[threading.Thread] = []
 
@@ -231,13 +256,13 @@ def jobs(local_slurm, tmp_path_factory):
         results = {name: (*submitted[name], waits[name].result()) for name in submitted}
     for injector in injectors:
         injector.join(timeout=5)
-    for pid in frozen.get("pids", []):  # ended with the step; never left stopped, whatever happened
+    for pid in frozen.get("pids", []) + spare_frozen.get("pids", []):  # ended with the step; never left stopped
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
     results["two-nodes-killed"], results["two-nodes-frozen"] = killed, frozen
-    results["spare-killed"] = spare_killed
+    results["spare-killed"], results["spare-frozen"] = spare_killed, spare_frozen
     print(
         f"\nFT Slurm jobs: {time.monotonic() - t0:.0f} s for all {len(submitted)}; node killed: {killed}; "
         f"node frozen: {frozen}"
@@ -620,10 +645,11 @@ def test_report_of_the_two_node_job(jobs):
 
 
 def test_a_spare_node_replaces_a_lost_node_inside_the_job(jobs):
-    """FaultTolerancePlugin(spare_nodes=1) on a 2-node job: 3 nodes, ft_launcher --nnodes 2:3. Every process of a
-    training node is killed after the step-5 checkpoint; the spare joins the next rendezvous in the same Slurm job
+    """FaultTolerancePlugin(spare_nodes=2) on a 2-node job: 4 nodes, ft_launcher --nnodes 2:4. Every process of a
+    training node is killed after the step-5 checkpoint; a spare joins the next rendezvous in the same Slurm job
     (no requeue: one run, restart count 0), training resumes from step 5 with the same world size and ends with the
-    fault-free parameters; srun's code for the dead task does not make the guard requeue a finished job."""
+    fault-free parameters; srun's code for the dead task does not make the guard requeue a finished job. (The same
+    job's later freeze: the next test.)"""
     baseline = finished_hash(jobs["fault-free"][0].logs())
     job, save, res = jobs["spare"]
     killed = jobs["spare-killed"]
@@ -633,22 +659,22 @@ def test_a_spare_node_replaces_a_lost_node_inside_the_job(jobs):
     assert (res.state, res.exit_code, res.restarts) == ("COMPLETED", 0, 0), (res.record, logs[-8000:])
     assert list(job.attempt_logs()) == [0], "requeued"
     script = job.sbatch_script()
-    assert "#SBATCH --nodes=3" in script and "--kill-on-bad-exit=0 --wait=0" in script
-    assert re.search(r"min_nodes\s*: 2\b", logs) and re.search(r"max_nodes\s*: 3\b", logs), logs[-8000:]
-    # The spare's launcher was given an active rank in the second round: three launchers took part.
+    assert "#SBATCH --nodes=4" in script and "--kill-on-bad-exit=0 --wait=0" in script
+    assert re.search(r"min_nodes\s*: 2\b", logs) and re.search(r"max_nodes\s*: 4\b", logs), logs[-8000:]
+    # A spare's launcher was given an active rank in the second round, in place of the lost node's.
     rounds = ASSIGNED_ACTIVE.findall(logs)
-    assert {task for task, _, rnd in rounds if rnd == "0"} != {task for task, _, rnd in rounds if rnd == "1"}, rounds
-    assert len({task for task, _, _ in rounds}) == 3, rounds
+    round0 = {task for task, _, rnd in rounds if rnd == "0"}
+    round1 = {task for task, _, rnd in rounds if rnd == "1"}
+    assert len(round0) == len(round1) == 2 and round0 != round1 and "0" in round0 & round1, rounds
     # One launcher closed the rounds (the first node's, told is_host=1 by the spare block): no rank given twice.
     for rnd in {r for _, _, r in rounds}:
         given = [rank for _, rank, r in rounds if r == rnd]
         assert sorted(given) == ["0", "1"], rounds
     assert logs.count("Store host waiting") == 1, re.findall(r".*Store host waiting.*", logs)
     assert f"srun: error: {killed['node'][0]}: task" in logs, logs[-8000:]
-    assert "a node was lost and a spare took its place): the step finished" in logs, logs[-8000:]
     assert "finished, not requeued" in logs, logs[-8000:]
     report = _report(job)
-    assert (report.requeues, report.restarts, report.finished) == (0, 1, True), report.rows
+    assert (report.requeues, report.finished) == (0, True), report.rows
     # From the newest checkpoint saved before the loss: the kill follows the step-5 save within a 0.1 s poll, and
     # the next save is 5 steps of 0.3 s later, but on a loaded host that one may come first; either is right.
     newest = max(report.rows[0].checkpoints)
@@ -656,4 +682,39 @@ def test_a_spare_node_replaces_a_lost_node_inside_the_job(jobs):
     assert report.rows[0].node == killed["node"][0], report.rows  # the lost node, in the cycle it ended
     assert (report.rows[0].node_fault or "").startswith(f"lost (srun: error: {killed['node'][0]}: task"), report.rows
     assert re.findall(rf"RESUMED from step {newest}\b", logs), logs[-8000:]
+    assert finished_hash(logs) == baseline
+
+
+def test_a_spare_node_replaces_a_frozen_node_and_the_step_ends_when_training_does(jobs):
+    """The same job: the node the first spare was on freezes (every process SIGSTOPped) after the resumed ranks'
+    step-15 save. The store host's step section times out, the second spare joins the third rendezvous round,
+    training resumes from step 15 and ends with the fault-free parameters; the frozen task never ends, so srun
+    (--wait=0) would hold the job until its time limit: the spare block stops the step once the active launchers
+    exited 0, and the job ends COMPLETED, never requeued."""
+    baseline = finished_hash(jobs["fault-free"][0].logs())
+    job, save, res = jobs["spare"]
+    killed, frozen = jobs["spare-killed"], jobs["spare-frozen"]
+    logs = job.logs()
+    assert frozen.get("pids") and len(frozen["node"]) == 1 and frozen["node"] != killed["node"], (frozen, killed)
+    assert (res.state, res.exit_code, res.restarts) == ("COMPLETED", 0, 0), (res.record, logs[-8000:])
+    assert "Cycle: 2 Event: failure_detected" in logs, logs[-8000:]
+    assert re.search(r"Section 'step' has been open for [\d.]+ seconds", logs), logs[-8000:]
+    # Round 2: the store host and the second spare; every one of the 4 launchers trained in some round.
+    rounds = ASSIGNED_ACTIVE.findall(logs)
+    round1 = {task for task, _, rnd in rounds if rnd == "1"}
+    round2 = {task for task, _, rnd in rounds if rnd == "2"}
+    assert len(round2) == 2 and round1 != round2 and "0" in round2, rounds
+    assert len({task for task, _, _ in rounds}) == 4, rounds
+    assert sorted(rank for _, rank, rnd in rounds if rnd == "2") == ["0", "1"], rounds
+    # The block's watcher stopped the step the frozen task held, after training finished.
+    assert re.search(
+        r"^nemo-resiliency-plugins: training finished on the active nodes, but the step still ran 5 s later "
+        r"\(a task on a frozen node\): stopping step \d+\.\d+$",
+        logs,
+        re.M,
+    ), logs[-8000:]
+    report = _report(job)
+    assert (report.requeues, report.restarts, report.finished) == (0, 2, True), report.rows
+    assert report.rows[-1].resumed_from == 15 and report.rows[-1].finished_step == STEPS, report.rows
+    assert re.search(r"RESUMED from step 15\b", logs), logs[-8000:]
     assert finished_hash(logs) == baseline
