@@ -65,6 +65,17 @@ def test_srun_flags_of_the_users_that_would_end_the_step_are_refused(tmp_path):
         _setup(slurm(tmp_path, srun_args=["--wait=30"]), spare_nodes=1)
 
 
+@pytest.mark.parametrize("grace", ["0", "30s", "1e3", "$(reboot)", "-5"])
+def test_a_finish_grace_the_block_cannot_count_is_refused(tmp_path, grace):
+    with pytest.raises(ResiliencyConfigError, match=r"NRP_SPARE_FINISH_GRACE.*whole number of seconds"):
+        _setup(slurm(tmp_path, env_vars={"NRP_SPARE_FINISH_GRACE": grace}), spare_nodes=1)
+
+
+def test_a_finish_grace_in_seconds_is_kept(tmp_path):
+    executor = _setup(slurm(tmp_path, env_vars={"NRP_SPARE_FINISH_GRACE": "5"}), spare_nodes=1)
+    assert executor.env_vars["NRP_SPARE_FINISH_GRACE"] == "5"
+
+
 def test_off_slurm_spares_are_refused_with_the_reason():
     import nemo_run as run
 

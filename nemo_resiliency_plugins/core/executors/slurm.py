@@ -6,6 +6,7 @@ import dataclasses
 import hashlib
 import logging
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -20,6 +21,8 @@ HEREDOC_MARKER = "NRP_FILE_EOF"
 RDZV_PORT_BASE, RDZV_PORT_SPAN = 20000, 9000
 #: How many of the job's nodes are hot spares (read by ``sbatch/spare_nodes.sh``).
 SPARE_NODES_ENV = "NRP_SPARE_NODES"
+#: Seconds a spare job's step may outlive its launchers' exit lines before the block stops it (a frozen node's task).
+SPARE_GRACE_ENV = "NRP_SPARE_FINISH_GRACE"
 
 logger = logging.getLogger(__name__)
 
@@ -97,6 +100,16 @@ class SlurmRules(ExecutorRules):
         as it is (the env var says so)."""
         executor = self.executor
         env = executor.env_vars
+        grace = env.get(SPARE_GRACE_ENV)
+        if grace is not None and not re.fullmatch(r"[1-9][0-9]{0,5}", str(grace)):
+            # The block compares it in bash arithmetic: anything else would keep a frozen node's step for good.
+            raise ResiliencyConfigError(
+                plugin,
+                f"executor.env_vars[{SPARE_GRACE_ENV!r}]",
+                grace,
+                "a whole number of seconds from 1 to 999999",
+                detail="how long the step may outlive its launchers' exit lines before a frozen node's task is stopped",
+            )
         if env.get(SPARE_NODES_ENV) == str(spares):
             return
         if SPARE_NODES_ENV in env:
