@@ -21,11 +21,13 @@ nrp_keep_function srun NRP_SRUN_SPARES
 # run on each node by srun, ahead of ft_launcher ($0), with SLURM_NODEID set for the task by Slurm
 # shellcheck disable=SC2016  # expanded by the bash that srun starts on each node, not here
 NRP_SPARE_HOST_SHIM='nrp_h=0; [ "${SLURM_NODEID:-}" = 0 ] && nrp_h=1; exec "$0" --rdzv-conf "is_host=$nrp_h" "$@"'
-nrp_spare_finished() {  # exit 0 when the last step's launchers say training finished despite a lost node
-  local nrp_zero nrp_active=$(( ${SLURM_JOB_NUM_NODES:-1} - ${NRP_SPARE_NODES:-0} ))
-  nrp_step_log | grep -qE "exit code = [1-9]" && return 1
-  nrp_zero=$(nrp_step_log | grep -cE "Agent exits with exit code = 0\b")
-  [ "${nrp_zero:-0}" -ge "$nrp_active" ]
+nrp_launchers_finished() {  # COMMAND...: exit 0 when the launcher lines it prints say training finished
+  local nrp_active=$(( ${SLURM_JOB_NUM_NODES:-1} - ${NRP_SPARE_NODES:-0} ))
+  "$@" | grep -qE "exit code = [1-9]" && return 1
+  [ "$("$@" | grep -cE "Agent exits with exit code = 0\b")" -ge "$nrp_active" ]
+}
+nrp_spare_finished() {  # the verdict on the last step's whole log (streamed: it can be large)
+  nrp_launchers_finished nrp_step_log
 }
 # A node that froze (every process on it stopped: kernel, driver or file-system hang) is replaced like a lost one:
 # the other ranks' section timeout ends the cycle and a spare joins the next rendezvous. But its task never ends,
@@ -36,11 +38,12 @@ nrp_spare_finished() {  # exit 0 when the last step's launchers say training fin
 # the active count of launchers said "Agent exits with exit code = 0" and none a non-zero code, and the step is
 # still running NRP_SPARE_FINISH_GRACE seconds (default 30) later, it stops the step (scancel --signal=KILL). The
 # step then ends as any step that finished after a replacement (nrp_spare_finished above reads the whole log).
+nrp_step_tails() {  # the end of each of the step's log files
+  local nrp_file
+  while read -r _ nrp_file; do tail -c 65536 "$nrp_file" 2>/dev/null; done < "$NRP_STEP_LOGS"
+}
 nrp_spare_tail_finished() {  # the same verdict, on the end of the step's log files only
-  local nrp_file nrp_active=$(( ${SLURM_JOB_NUM_NODES:-1} - ${NRP_SPARE_NODES:-0} )) nrp_tail
-  nrp_tail=$(while read -r _ nrp_file; do tail -c 65536 "$nrp_file" 2>/dev/null; done < "$NRP_STEP_LOGS")
-  printf '%s\n' "$nrp_tail" | grep -qE "exit code = [1-9]" && return 1
-  [ "$(printf '%s\n' "$nrp_tail" | grep -cE "Agent exits with exit code = 0\b")" -ge "$nrp_active" ]
+  nrp_launchers_finished nrp_step_tails
 }
 nrp_step_ids() {  # the job's running steps, numbered ones only (not batch or extern), one number per line
   squeue -h -s -j "$SLURM_JOB_ID" -o '%i' 2>/dev/null | awk -F. '$2 ~ /^[0-9]+$/ {print $2}'
