@@ -121,10 +121,13 @@ class FaultTolerancePlugin(KnownKeywords, run.Plugin):
             lost a spare takes its place in the next rendezvous: the worker group restarts inside the same job from
             the last checkpoint (one of ``num_in_job_restarts``), with the same world size, no requeue and no
             queue wait. The requeue path (``num_job_retries_on_failure``, ``exclude_failed_nodes``) takes over when
-            the spares or the restarts are used up. The first node of the allocation runs the sbatch script and
-            hosts the rendezvous store: losing it ends the job (then the requeue path). A spare costs its nodes'
-            time for the whole job. Each launcher is told whether it hosts the rendezvous store (only the first
-            node does): the store host alone closes a rendezvous round and hands out the active ranks.
+            the spares or the restarts are used up: with no spare left, the launchers wait for the next round to
+            fill up to NVRx's join timeout (600 s; ``NRP_SPARE_JOIN_TIMEOUT`` in ``executor.env_vars`` sets it,
+            and it also bounds how far apart the launchers may start), then the job ends and is requeued. The
+            first node of the allocation runs the sbatch script and hosts the rendezvous store: losing it ends the
+            job (then the requeue path). A spare costs its nodes' time for the whole job. Each launcher is told
+            whether it hosts the rendezvous store (only the first node does): the store host alone closes a
+            rendezvous round and hands out the active ranks.
 
         nvrx_config: more keys of NVRx's ``FaultToleranceConfig`` for ft_launcher's config file, such as the node
             checks NVRx runs before a node may (re)join a rendezvous (``enable_nic_healthcheck``,

@@ -26,6 +26,10 @@ Issue 18's life-of-a-job cases run in the same batch of jobs (all submitted toge
   rendezvous in the same Slurm job (no requeue) -> resumes from step 5 with the same world size; then that spare's
   node freezes after the step-15 save -> the other spare joins the next round -> resumes from step 15, finishes,
   and the spare block stops the step the frozen task held.
+* issue 34, spares running out: a 2-node job with one spare (3 nodes): a training node lost after the step-5
+  checkpoint (the spare takes its place), then the spare's node after the step-15 checkpoint -> the store host's
+  launcher waits NRP_SPARE_JOIN_TIMEOUT for a second node, exits, and the guard requeues the job excluding the first
+  lost node -> the second run resumes from step 15 and finishes.
 
 The faulty runs' final parameters must equal the fault-free run's, bit for bit.
 """
@@ -98,10 +102,10 @@ def _store_host_node(job) -> str:
 RANKS_RUN = r"iteration\s+\d+/"
 
 
-def _lose_a_training_node_then_freeze_its_spare(job, killed: dict, frozen: dict) -> None:
+def _lose_a_training_node_then_freeze_its_spare(job, killed: dict, frozen: dict, second=signal.SIGSTOP) -> None:
     """Issue 34: a training node lost after the step-5 save (a spare takes its place), then the node that spare
-    was on frozen after the resumed ranks' step-15 save (the second spare takes its place). Both triggers are in
-    the first run's log (no requeue is expected); the freeze is chosen once the ranks resumed."""
+    was on frozen (or, ``second``, lost too) after the resumed ranks' step-15 save. Both triggers are in the first
+    run's log; the second node is chosen once the ranks resumed."""
     if signal_node_when(
         job,
         0,
@@ -115,7 +119,7 @@ def _lose_a_training_node_then_freeze_its_spare(job, killed: dict, frozen: dict)
             job,
             0,
             r"RESUMED from step \d+[\s\S]*CHECKPOINT saved step=15\b",
-            signal.SIGSTOP,
+            second,
             frozen,
             newest_training_node_without_store,
             choose_after=r"RESUMED from step \d+[\s\S]*" + RANKS_RUN,
@@ -191,6 +195,24 @@ def jobs(local_slurm, tmp_path_factory):
             nodes=2,
             ntasks_per_node=1,
         ),
+        # Issue 34, spares running out: two training nodes and one spare (3 nodes). A training node without the
+        # store is lost after the step-5 save (the spare takes its place), then the spare's node after the step-15
+        # save: the store host's launcher waits for a second node until NRP_SPARE_JOIN_TIMEOUT (30 s, NVRx's
+        # join_timeout; 600 s by default), exits, and the requeue path takes over: the first lost node excluded
+        # (the 4-node cluster still has 3 for the job), the second run resumes from step 15 and finishes.
+        "spare-exhausted": dict(
+            env={"NRP_STEP_TIME": "0.3", "NVRX_ENABLE_MULTI_LAUNCHERS_PER_NODE": "1", "NRP_SPARE_JOIN_TIMEOUT": "30"},
+            ft=_ft(
+                num_in_job_restarts=2,
+                num_job_retries_on_failure=1,
+                calc_ft_timeouts=False,
+                spare_nodes=1,
+                exclude_failed_nodes=True,
+                section_timeouts={"setup": 300, "step": 10, "checkpointing": 120},
+            ),
+            nodes=2,
+            ntasks_per_node=1,
+        ),
         # One rank per node on 2 of the cluster's nodes; the node of rank 1 is lost (killed from outside), then
         # the node rank 1 was moved to hangs as a whole. No in-job restart: each failure is a requeue.
         "two-nodes": dict(
@@ -218,9 +240,15 @@ def jobs(local_slurm, tmp_path_factory):
     frozen: dict = {}
     spare_killed: dict = {}
     spare_frozen: dict = {}
+    exhausted_first: dict = {}
+    exhausted_second: dict = {}
     faults = {
         "two-nodes": (_lose_then_freeze_a_node, (killed, frozen)),
         "spare": (_lose_a_training_node_then_freeze_its_spare, (spare_killed, spare_frozen)),
+        "spare-exhausted": (
+            _lose_a_training_node_then_freeze_its_spare,
+            (exhausted_first, exhausted_second, signal.SIGKILL),
+        ),
     }
     injectors: list[threading.Thread] = []
 
@@ -263,6 +291,7 @@ def jobs(local_slurm, tmp_path_factory):
             pass
     results["two-nodes-killed"], results["two-nodes-frozen"] = killed, frozen
     results["spare-killed"], results["spare-frozen"] = spare_killed, spare_frozen
+    results["exhausted-first"], results["exhausted-second"] = exhausted_first, exhausted_second
     print(
         f"\nFT Slurm jobs: {time.monotonic() - t0:.0f} s for all {len(submitted)}; node killed: {killed}; "
         f"node frozen: {frozen}"
@@ -717,4 +746,40 @@ def test_a_spare_node_replaces_a_frozen_node_and_the_step_ends_when_training_doe
     assert (report.requeues, report.restarts, report.finished) == (0, 2, True), report.rows
     assert report.rows[-1].resumed_from == 15 and report.rows[-1].finished_step == STEPS, report.rows
     assert re.search(r"RESUMED from step 15\b", logs), logs[-8000:]
+    assert finished_hash(logs) == baseline
+
+
+def test_when_spares_run_out_the_requeue_path_takes_over(jobs):
+    """FaultTolerancePlugin(spare_nodes=1) on a 2-node job (3 nodes): a training node is lost after the step-5
+    save and the spare takes its place in the job; then the spare's node is lost after the step-15 save. No spare
+    is left: the store host's launcher waits NRP_SPARE_JOIN_TIMEOUT (NVRx's join_timeout) for a second node, exits,
+    and the guard requeues the job with the first lost node excluded; the second run resumes from step 15 and ends
+    with the fault-free parameters."""
+    baseline = finished_hash(jobs["fault-free"][0].logs())
+    job, save, res = jobs["spare-exhausted"]
+    first, second = jobs["exhausted-first"], jobs["exhausted-second"]
+    logs = job.logs()
+    assert first.get("pids") and second.get("pids") and first["node"] != second["node"], (first, second)
+    assert (res.state, res.exit_code, res.restarts) == ("COMPLETED", 0, 1), (res.record, logs[-8000:])
+    assert sorted(job.attempt_logs()) == [0, 1], "not requeued once"
+    run0 = job.attempt_logs()[0]
+    assert "#SBATCH --nodes=3" in job.sbatch_script()
+    # The spare took the first lost node's place inside the job (round 1), then no node was left to take the second's.
+    rounds = ASSIGNED_ACTIVE.findall(run0)
+    assert {rnd for _, _, rnd in rounds} == {"0", "1"}, rounds
+    assert re.search(r"rendezvous has timed out after [\d.]+ seconds \(timeout: 30", run0), run0[-8000:]
+    assert re.search(r"infra:0\(.*Agent's exit code = 1", run0), run0[-8000:]
+    # The guard (the batch script's output, one file for both runs): the first node srun named is excluded, and the
+    # job requeued (not the spare block's finished verdict).
+    lost = first["node"][0]
+    assert f"node {lost} failed first (srun: error: {lost}: task" in logs, logs[-8000:]
+    assert f"the requeued job excludes {lost}" in logs, logs[-8000:]
+    assert not re.search(r"^nemo-resiliency-plugins: step exit code \d+, but every launcher", logs, re.M), logs[-8000:]
+    report = _report(job)
+    assert (report.requeues, report.finished) == (1, True), report.rows
+    # Each lost node on the cycle it ended: the first in round 0, the spare's node in round 1.
+    assert [row.node for row in report.rows[:2]] == [first["node"][0], second["node"][0]], report.rows
+    for row in report.rows[:2]:
+        assert (row.node_fault or "").startswith(f"lost (srun: error: {row.node}: task"), report.rows
+    assert report.rows[-1].resumed_from == 15 and report.rows[-1].finished_step == STEPS, report.rows
     assert finished_hash(logs) == baseline

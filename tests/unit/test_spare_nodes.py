@@ -71,6 +71,21 @@ def test_a_finish_grace_the_block_cannot_count_is_refused(tmp_path, grace):
         _setup(slurm(tmp_path, env_vars={"NRP_SPARE_FINISH_GRACE": grace}), spare_nodes=1)
 
 
+@pytest.mark.parametrize("timeout", ["0", "600s", "86401", "1,close_timeout=1", "$(reboot)"])
+def test_a_join_timeout_nvrx_cannot_take_is_refused(tmp_path, timeout):
+    """NRP_SPARE_JOIN_TIMEOUT goes onto ft_launcher's --rdzv-conf line: a comma would add another rendezvous key."""
+    with pytest.raises(ResiliencyConfigError, match=r"NRP_SPARE_JOIN_TIMEOUT.*from 1 to 86400.*join_timeout"):
+        _setup(slurm(tmp_path, env_vars={"NRP_SPARE_JOIN_TIMEOUT": timeout}), spare_nodes=1)
+
+
+@pytest.mark.parametrize(("env", "said"), [({"NRP_SPARE_JOIN_TIMEOUT": "45"}, "45 s"), ({}, "NVRx's default 600 s")])
+def test_the_setup_log_says_how_long_a_job_without_spares_left_waits(tmp_path, caplog, env, said):
+    with caplog.at_level("INFO"):
+        executor = _setup(slurm(tmp_path, env_vars=dict(env)), spare_nodes=1)
+    assert executor.env_vars.get("NRP_SPARE_JOIN_TIMEOUT") == env.get("NRP_SPARE_JOIN_TIMEOUT")
+    assert f"when no spare is left, a rendezvous round waits {said}" in caplog.text, caplog.text
+
+
 def test_a_finish_grace_in_seconds_is_kept(tmp_path):
     executor = _setup(slurm(tmp_path, env_vars={"NRP_SPARE_FINISH_GRACE": "5"}), spare_nodes=1)
     assert executor.env_vars["NRP_SPARE_FINISH_GRACE"] == "5"
@@ -150,6 +165,22 @@ def test_only_the_first_node_s_launcher_hosts_the_rendezvous_store(tmp_path, nod
     assert given[:6] == ["--rdzv-conf", f"is_host={is_host}", "--rdzv-backend", "c10d", "--nnodes", "2:3"], given
 
 
+@pytest.mark.parametrize(("timeout", "conf"), [("45", "is_host=0,join_timeout=45"), ("", "is_host=0")])
+def test_the_join_timeout_reaches_nvrx_s_rendezvous_conf(tmp_path, timeout, conf):
+    """NRP_SPARE_JOIN_TIMEOUT (exported by the sbatch script, so in every task's environment) joins is_host on the
+    one --rdzv-conf the shim gives ft_launcher; unset, NVRx keeps its own default."""
+    args, _, _ = _step(tmp_path, [line("10,000", I, 0, ZERO)], rc=0)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ft_launcher").write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
+    (bin_dir / "ft_launcher").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_NODEID": "1"}
+    if timeout:
+        env["NRP_SPARE_JOIN_TIMEOUT"] = timeout
+    done = subprocess.run(args[args.index("bash") :], capture_output=True, text=True, env=env, timeout=30, check=True)
+    assert done.stdout.split("\n")[:2] == ["--rdzv-conf", conf], done.stdout
+
+
 def test_a_step_that_finished_after_a_replacement_is_a_finished_step(tmp_path):
     """srun returns the killed node's 137; the two launchers left (the survivor, the spare that joined) exited 0."""
     lines = [line("40,000", I, 0, ZERO), line("40,100", I, 2, ZERO)]
@@ -172,16 +203,17 @@ def test_a_failed_step_keeps_srun_s_code(tmp_path, lines, why):
 
 
 def _watched_step(
-    tmp_path, lines: list[str], hold_s: int, slurm: str = NO_QUEUE
+    tmp_path, lines: list[str], hold_s: int, slurm: str = NO_QUEUE, rc: int = 0
 ) -> tuple[subprocess.CompletedProcess, float]:
     """A 3-node job with 1 spare whose stand-in srun writes ``lines`` to the step's log and then runs ``hold_s``
-    seconds more (its pid in ``srun.pid``, a ``srun.started`` file once it runs), with the block's watcher after a
-    1 s grace; ``slurm``: stand-ins for squeue and scancel. Returns the batch script's run and its duration."""
+    seconds more (its pid in ``srun.pid``, a ``srun.started`` file once it runs) and returns ``rc``, with the block's
+    watcher after a 1 s grace; ``slurm``: stand-ins for squeue and scancel. Returns the batch script's run and its
+    duration."""
     log = tmp_path / "step.log"
     log.write_text("")
     stand_in = (
         f'srun() {{ echo "$BASHPID" > {tmp_path}/srun.pid; touch {tmp_path}/srun.started; '
-        f'printf "%s\\n" {" ".join(repr(x) for x in lines)} >> {log}; sleep {hold_s} >/dev/null 2>&1; return 0; }}'
+        f'printf "%s\\n" {" ".join(repr(x) for x in lines)} >> {log}; sleep {hold_s} >/dev/null 2>&1; return {rc}; }}'
     )
     program = "\n".join(
         [
@@ -242,3 +274,28 @@ def test_a_step_still_training_is_not_stopped(tmp_path):
     done, took = _watched_step(tmp_path, [line("40,000", I, 0, ZERO)], 12)
     assert "stopping" not in done.stdout and done.stdout.strip().endswith("exitcode=0"), done.stdout
     assert took >= 12, took  # it ran its course
+
+
+def test_a_step_a_frozen_node_holds_after_the_store_host_gave_up_is_stopped_and_fails(tmp_path):
+    """Spares ran out: the store host's launcher (infra:0) waited its join timeout and exited 1, taking the
+    rendezvous store with it; a frozen node's task still holds the step. The watcher stops it after the grace, and
+    the step keeps a failed code: the requeue path takes over."""
+    gave_up = "Agent run ended with exception, e=RendezvousTimeoutError(...). Agent's exit code = 1"
+    lines = [line("41,000", E, 0, gave_up)]
+    # Its code: 137 when the watcher's kill lands first, 1 when the stand-in's sleep dies first: a failure either way.
+    done, took = _watched_step(tmp_path, lines, 120, rc=1)
+    out = done.stdout
+    assert "the store host's launcher exited with code 1 (spares or restarts ran out), but the step still" in out
+    assert "stopping step (not found: stopping srun)" in out, out
+    assert not out.strip().endswith("exitcode=0"), out
+    assert "every launcher that ended says training finished" not in out, out
+    assert took < 60, took
+
+
+def test_a_step_whose_other_launcher_failed_is_left_to_the_store_host(tmp_path):
+    """A launcher other than the store host's exited 1 (NVRx stops every launcher when the job cannot go on; the
+    store host's line decides): the watcher leaves the step alone."""
+    lines = [line("40,000", E, 2, FAILED)]
+    done, took = _watched_step(tmp_path, lines, 12)
+    assert "stopping" not in done.stdout and done.stdout.strip().endswith("exitcode=0"), done.stdout
+    assert took >= 12, took

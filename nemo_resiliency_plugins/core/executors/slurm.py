@@ -23,6 +23,21 @@ RDZV_PORT_BASE, RDZV_PORT_SPAN = 20000, 9000
 SPARE_NODES_ENV = "NRP_SPARE_NODES"
 #: Seconds a spare job's step may outlive its launchers' exit lines before the block stops it (a frozen node's task).
 SPARE_GRACE_ENV = "NRP_SPARE_FINISH_GRACE"
+#: Seconds a launcher waits for a rendezvous round to fill (NVRx's ``join_timeout``, 600 s when unset): when spares
+#: ran out, the time the job waits before it ends and the requeue path takes over. It also bounds how far apart the
+#: launchers may start for the first round.
+SPARE_JOIN_TIMEOUT_ENV = "NRP_SPARE_JOIN_TIMEOUT"
+#: The spare block's settings in ``executor.env_vars``: name -> (largest value, what it is).
+SPARE_SECONDS_ENV: dict[str, tuple[int, str]] = {
+    SPARE_GRACE_ENV: (
+        999999,
+        "how long the step may outlive its launchers' exit lines before a frozen node's task is stopped",
+    ),
+    SPARE_JOIN_TIMEOUT_ENV: (
+        86400,
+        "how long the launchers wait for a rendezvous round to fill (NVRx's join_timeout) before the job ends",
+    ),
+}
 
 logger = logging.getLogger(__name__)
 
@@ -100,16 +115,15 @@ class SlurmRules(ExecutorRules):
         as it is (the env var says so)."""
         executor = self.executor
         env = executor.env_vars
-        grace = env.get(SPARE_GRACE_ENV)
-        if grace is not None and not re.fullmatch(r"[1-9][0-9]{0,5}", str(grace)):
-            # The block compares it in bash arithmetic: anything else would keep a frozen node's step for good.
-            raise ResiliencyConfigError(
-                plugin,
-                f"executor.env_vars[{SPARE_GRACE_ENV!r}]",
-                grace,
-                "a whole number of seconds from 1 to 999999",
-                detail="how long the step may outlive its launchers' exit lines before a frozen node's task is stopped",
-            )
+        for name, (upper, what) in SPARE_SECONDS_ENV.items():
+            value = env.get(name)
+            # The block compares them in bash arithmetic or hands them to NVRx: anything but whole seconds would keep
+            # a frozen node's step for good, or fail every launcher's first rendezvous.
+            if value is not None and not (re.fullmatch(r"[1-9][0-9]{0,5}", str(value)) and int(value) <= upper):
+                raise ResiliencyConfigError(
+                    plugin, f"executor.env_vars[{name!r}]", value, f"a whole number of seconds from 1 to {upper}",
+                    detail=what,
+                )  # fmt: skip
         if env.get(SPARE_NODES_ENV) == str(spares):
             return
         if SPARE_NODES_ENV in env:
@@ -139,13 +153,17 @@ class SlurmRules(ExecutorRules):
         env[SPARE_NODES_ENV] = str(spares)
         logger.info(
             "%s: %d node(s) train, %d spare(s) wait: the allocation has %d nodes, ft_launcher gets --nnodes %d:%d, "
-            "srun keeps the step when one node dies",
+            "srun keeps the step when one node dies; when no spare is left, a rendezvous round waits %s for a node "
+            "before the job ends and the requeue path takes over",
             plugin,
             active,
             spares,
             active + spares,
             active,
             active + spares,
+            f"{env[SPARE_JOIN_TIMEOUT_ENV]} s ({SPARE_JOIN_TIMEOUT_ENV})"
+            if SPARE_JOIN_TIMEOUT_ENV in env
+            else f"NVRx's default 600 s (set {SPARE_JOIN_TIMEOUT_ENV} to change it)",
         )
 
     def job_dir_in_job(self) -> str | None:

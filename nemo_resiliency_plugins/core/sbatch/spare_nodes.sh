@@ -18,9 +18,14 @@
 # three launchers that joined within 40 ms). NeMo-Run's ft_launcher command has no --rdzv-conf of its own; one
 # given later on that line would replace this one.
 nrp_keep_function srun NRP_SRUN_SPARES
+# NRP_SPARE_JOIN_TIMEOUT (whole seconds, checked by the plugin) becomes NVRx's join_timeout on the same line: when
+# spares ran out, the launchers left wait that long (NVRx's default: 600 s) for a round that cannot fill, then exit
+# and the requeue path takes over.
 # run on each node by srun, ahead of ft_launcher ($0), with SLURM_NODEID set for the task by Slurm
 # shellcheck disable=SC2016  # expanded by the bash that srun starts on each node, not here
-NRP_SPARE_HOST_SHIM='nrp_h=0; [ "${SLURM_NODEID:-}" = 0 ] && nrp_h=1; exec "$0" --rdzv-conf "is_host=$nrp_h" "$@"'
+NRP_SPARE_HOST_SHIM='nrp_h=0; [ "${SLURM_NODEID:-}" = 0 ] && nrp_h=1; nrp_t=${NRP_SPARE_JOIN_TIMEOUT:-}'
+# shellcheck disable=SC2016  # the same
+NRP_SPARE_HOST_SHIM+='; exec "$0" --rdzv-conf "is_host=$nrp_h${nrp_t:+,join_timeout=$nrp_t}" "$@"'
 nrp_launchers_finished() {  # COMMAND...: exit 0 when the launcher lines it prints say training finished
   local nrp_active=$(( ${SLURM_JOB_NUM_NODES:-1} - ${NRP_SPARE_NODES:-0} ))
   "$@" | grep -qE "exit code = [1-9]" && return 1
@@ -45,22 +50,33 @@ nrp_step_tails() {  # the end of each of the step's log files
 nrp_spare_tail_finished() {  # the same verdict, on the end of the step's log files only
   nrp_launchers_finished nrp_step_tails
 }
+# When spares ran out (or in-job restarts), the store host's launcher (node 0: NVRx tags its lines infra:0) exits
+# with a non-zero code, and with it the rendezvous store: no launcher can go on. A frozen node's task would still
+# hold the step, so this ends it the same way (srun then returns non-zero and the requeue path takes over).
+nrp_store_host_failed() {  # prints the store host launcher's exit code when the end of the log has a non-zero one
+  nrp_step_tails | grep -E "infra:0\(.*exit code = [1-9]" | tail -n 1 | grep -oE "exit code = [0-9]+" | tr -dc 0-9
+}
 nrp_step_ids() {  # the job's running steps, numbered ones only (not batch or extern), one number per line
   squeue -h -s -j "$SLURM_JOB_ID" -o '%i' 2>/dev/null | awk -F. '$2 ~ /^[0-9]+$/ {print $2}'
 }
 nrp_spare_watch() {  # SRUN_PID NEWEST_STEP_BEFORE_IT, in the background while the launchers' step runs
-  local nrp_since='' nrp_step nrp_grace=${NRP_SPARE_FINISH_GRACE:-30}
+  local nrp_since='' nrp_step nrp_grace=${NRP_SPARE_FINISH_GRACE:-30} nrp_why nrp_code
   set +x  # the template traces the batch script: not this loop
   while sleep 5; do
     kill -0 "$1" 2>/dev/null || return 0
-    if ! nrp_spare_tail_finished; then nrp_since=''; continue; fi
+    nrp_why="training finished on the active nodes"
+    if ! nrp_spare_tail_finished; then
+      nrp_code=$(nrp_store_host_failed)
+      nrp_why="the store host's launcher exited with code $nrp_code (spares or restarts ran out)"
+      if [ -z "$nrp_code" ]; then nrp_since=''; continue; fi
+    fi
     [ -n "$nrp_since" ] || nrp_since=$SECONDS
     [ $(( SECONDS - nrp_since )) -ge "$nrp_grace" ] || continue
     # The launchers' step: the first one started after srun was called (its name is the shim's "bash", or a
     # --job-name of the user's srun_args: not a thing to look for).
     nrp_step=$(nrp_step_ids | awk -v before="$2" '$1 > before && (s == "" || $1 < s) {s = $1} END {print s}')
     [ -z "$nrp_step" ] || nrp_step=$SLURM_JOB_ID.$nrp_step
-    echo "nemo-resiliency-plugins: training finished on the active nodes, but the step still ran ${nrp_grace} s" \
+    echo "nemo-resiliency-plugins: ${nrp_why}, but the step still ran ${nrp_grace} s" \
       "later (a task on a frozen node): stopping step ${nrp_step:-(not found: stopping srun)}"
     # Without the step's id (squeue did not answer) srun itself is stopped (with the shell function around it):
     # the batch script goes on, and the job's end takes the step's last tasks with it.
