@@ -107,7 +107,8 @@ class FaultTolerancePlugin(KnownKeywords, run.Plugin):
             for jobs of more than one node (a one-node job has nowhere else to go on a small partition).
             Exact for a node lost with everything on it, and for a node that hangs as a whole (see
             ``silent_node_timeout``); for a rank hung inside a collective every rank waiting in it times out too,
-            and srun may name a healthy node first (README: "A failed node is left behind").
+            and srun may name a healthy node first: with ``diagnostics`` the ranks' stack dumps name the node of
+            the rank the others waited for, and that node is excluded (docs: Slurm, "A failed node is left behind").
         silent_node_timeout: Slurm, with ``exclude_failed_nodes``, ``log_level`` INFO or DEBUG. After an NVRx
             section (or heartbeat) timeout on one node, a node whose launcher logs nothing for this many seconds
             is taken as hung as a whole (its monitor would have logged its own timeout): the job step is

@@ -420,8 +420,11 @@ def set_diagnostics_env(task: Any, executor: Any, *, plugin: str, field: str) ->
     find the dumps in the job directory)."""
     from nemo_resiliency_plugins.core import diagnostics
 
-    job_dir = for_executor(executor, plugin=plugin).job_dir_in_job()
+    rules = for_executor(executor, plugin=plugin)
+    job_dir = rules.job_dir_in_job()
     logger.info("%s: %s", plugin, diagnostics.flight_recorder_note(job_dir))
+    if rules.rank_log_prefix_env:  # Slurm: the ranks' lines name their global rank (the guard reads the dumps)
+        set_env(task, executor, rules.rank_log_prefix_env, "1", plugin=plugin, field=field)
     for name, value in diagnostics.diagnostics_env(job_dir).items():
         user = get_env(task, executor, name)
         if user is not None and user != value and name in diagnostics.BUFFER_VARS + diagnostics.DUMP_FILE_VARS:

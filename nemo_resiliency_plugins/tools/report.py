@@ -139,6 +139,7 @@ class CycleRow:
     # the ranks that were not in a collective: in a hang inside a collective, the ones the others waited for.
     stacks: list[str] = dataclasses.field(default_factory=list)
     outside_collective: list[str] = dataclasses.field(default_factory=list)
+    outside_ranks: list[int] = dataclasses.field(default_factory=list)  # their global ranks, where the log has them
     # Slurm only (tools/report_nodes.py): the node the fault was on, and how the node itself failed where it did
     # ("lost (srun: ...)", "went silent (...)"); None for a rank's own fault, which ``node`` then places
     node: str | None = None
@@ -412,7 +413,9 @@ def parse_attempt(text: str, attempt: int = 0, log: str = "") -> AttemptReport:
     for cycle, lines in dumps.items():
         stacks = rank_stacks(lines)
         rows[cycle].stacks = [stack.summary() for stack in stacks]
-        rows[cycle].outside_collective = [stack.label() for stack in stacks if stack.collective() is None]
+        outside = [stack for stack in stacks if stack.collective() is None]
+        rows[cycle].outside_collective = [stack.label() for stack in outside]
+        rows[cycle].outside_ranks = [stack.rank for stack in outside if stack.rank is not None]
     # Without a launcher's stamps, first and last are training_log lines: their span is not the attempt's wall time.
     wall = round((last - first).total_seconds(), 3) if first and last and stamped else None
     cycles = [rows[k] for k in sorted(rows)]

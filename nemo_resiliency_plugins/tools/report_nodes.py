@@ -109,13 +109,25 @@ def place(report: AttemptReport, log_text: str, slurm: SlurmAttempt) -> None:
     """Set ``node`` (and ``node_fault`` where the node itself failed) on the cycles of one Slurm attempt."""
     nodes = slurm.nodes
     tasks, nproc = launcher_tasks(log_text)
+
+    def node_of(rank: int, cycle: int) -> str | None:
+        group = rank // (nproc or 1)
+        task = tasks.get(cycle, {}).get(group, group)
+        return nodes[task] if 0 <= task < len(nodes) else None
+
     for row in report.cycles:
         if row.detected_on_rank is None or not nodes:
             continue
-        group = row.detected_on_rank // (nproc or 1)
-        task = tasks.get(row.cycle, {}).get(group, group)
-        if 0 <= task < len(nodes):
-            row.node = nodes[task]
+        row.node = node_of(row.detected_on_rank, row.cycle)
+    # A hang inside a collective (diagnostics=True): every waiting rank timed out too, and the rank that detected
+    # it is any of them; the ranks whose stack dumps are outside the collective are the ones waited for. When they
+    # are on one node, that is the fault's node (a rank's fault, not the node's: node_fault stays None). The guard's
+    # nrp_hung_rank_node (core/sbatch/step_verdict.sh) reads the same dumps to exclude it.
+    for row in report.cycles:
+        if row.outside_ranks and len(row.outside_ranks) < len(row.stacks) and nodes:
+            held = {node_of(rank, row.cycle) for rank in row.outside_ranks}
+            if len(held) == 1 and None not in held:
+                row.node = held.pop()
     # A node-level verdict belongs to the cycle the node's failure ended: the last unfinished cycle in which the
     # node's launcher held ranks (a spare node's job trains on after a loss, in later cycles of the same attempt),
     # or, without NVRx's assignment lines, the attempt's last unfinished cycle.

@@ -8,8 +8,11 @@ inside a collective, the ranks waiting in it show a ``torch.distributed`` collec
 rank that never entered it shows where it is instead: that rank is the one to blame, and its node the one to
 leave out. No flight recorder is needed for that (gloo records one but never dumps it on a timeout).
 
-The ranks' lines carry torch elastic's ``[default<local rank>]:`` prefix (with srun's ``<task>: `` before it on
-Slurm); each prefix is one rank's stream.
+The ranks' lines carry torch elastic's ``[default<local rank>]:`` prefix (with srun's ``<task>: `` before it when
+srun labels its output); each prefix is one rank's stream. On Slurm, with diagnostics on, the requeue guard has
+torch elastic add the global rank (``[default<local rank>]:[rank<rank>]:``): one rank per node makes every node's
+lines ``[default0]:``, and only the global rank tells their dumps apart and places each on its node. The guard
+reads the same dumps in bash (``core/sbatch/step_verdict.sh``) to exclude that node.
 """
 
 from __future__ import annotations
@@ -18,10 +21,10 @@ import dataclasses
 import re
 
 #: One rank's line (fullmatch): torch elastic's prefix, srun's task label before it on Slurm.
-_PREFIXED = re.compile(r"(?P<who>(?:\d+: )?\[default(?P<local>\d+)\]:)(?P<rest>.*)")
+_PREFIXED = re.compile(r"(?P<who>(?:\d+: )?\[default(?P<local>\d+)\]:(?:\[rank(?P<rank>\d+)\]:)?)(?P<rest>.*)")
 #: A line that can belong to a faulthandler dump (searched): what report.py hands to :func:`rank_stacks`.
 _DUMP_LINE = re.compile(
-    r'\[default\d+\]: ?(Fatal Python error: |(Current thread|Thread) 0x|\s+File "|Extension modules: )'
+    r'\[default\d+\]:(?:\[rank\d+\]:)? ?(Fatal Python error: |(Current thread|Thread) 0x|\s+File "|Extension modules: )'
 )
 _THREAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):")
 _FRAME = re.compile(r'^\s+File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
@@ -45,8 +48,9 @@ class Frame:
 class RankStack:
     """One rank's dump: its main thread's frames, most recent first."""
 
-    who: str  # the log prefix, e.g. "[default1]:" or "1: [default0]:"
+    who: str  # the log prefix, e.g. "[default1]:", "1: [default0]:" or "[default0]:[rank3]:"
     local_rank: int
+    rank: int | None = None  # the global rank, where the prefix carries it
     reason: str  # faulthandler's, e.g. "Aborted"
     frames: list[Frame]
 
@@ -62,7 +66,10 @@ class RankStack:
         return self.frames[0] if self.frames else None
 
     def label(self) -> str:
-        """``rank N`` on one node (the local rank is the rank); ``task T local rank N`` under srun's ``-l``."""
+        """``rank N``: the global rank where the prefix has it, else the local rank (on one node, the rank);
+        ``task T local rank N`` under srun's ``-l``."""
+        if self.rank is not None:
+            return f"rank {self.rank}"
         task = self.who.split(":", 1)[0] if not self.who.startswith("[") else None
         return f"task {task} local rank {self.local_rank}" if task else f"rank {self.local_rank}"
 
@@ -86,6 +93,7 @@ def rank_stacks(lines: list[str]) -> list[RankStack]:
     dumps: dict[str, list[tuple[str, list[Frame]]]] = {}  # who -> its threads: (faulthandler's name, frames)
     reasons: dict[str, str] = {}
     local_ranks: dict[str, int] = {}
+    global_ranks: dict[str, int | None] = {}
     order: list[str] = []
     in_dump: set[str] = set()
     for line in lines:
@@ -98,6 +106,7 @@ def rank_stacks(lines: list[str]) -> list[RankStack]:
             if who not in reasons:
                 reasons[who] = rest[len(FATAL) :].strip()
                 local_ranks[who] = int(m.group("local"))
+                global_ranks[who] = int(m.group("rank")) if m.group("rank") else None
                 order.append(who)
                 dumps[who] = []
             continue
@@ -116,5 +125,7 @@ def rank_stacks(lines: list[str]) -> list[RankStack]:
         main = next((frames for _, frames in threads if frames and frames[-1].func == "<module>"), None)
         if main is None:
             main = next((frames for name, frames in threads if name == "Current thread"), [])
-        stacks.append(RankStack(who=who, local_rank=local_ranks[who], reason=reasons[who], frames=main))
+        stacks.append(
+            RankStack(who=who, local_rank=local_ranks[who], rank=global_ranks[who], reason=reasons[who], frames=main)
+        )
     return stacks

@@ -30,6 +30,9 @@ Issue 18's life-of-a-job cases run in the same batch of jobs (all submitted toge
   checkpoint (the spare takes its place), then the spare's node after the step-15 checkpoint -> the store host's
   launcher waits NRP_SPARE_JOIN_TIMEOUT for a second node, exits, and the guard requeues the job excluding the first
   lost node -> the second run resumes from step 15 and finishes.
+* issue 36, a 2-node job with diagnostics on: rank 1 hangs outside the all-reduce rank 0 waits in -> both ranks
+  time out and dump their stacks (each line with its global rank) -> the guard excludes rank 1's node, whichever
+  node srun named first -> the second run resumes from step 10 and finishes.
 
 The faulty runs' final parameters must equal the fault-free run's, bit for bit.
 """
@@ -209,6 +212,26 @@ def jobs(local_slurm, tmp_path_factory):
                 spare_nodes=1,
                 exclude_failed_nodes=True,
                 section_timeouts={"setup": 300, "step": 10, "checkpointing": 120},
+            ),
+            nodes=2,
+            ntasks_per_node=1,
+        ),
+        # Issue 36: rank 1 (the second node's one rank) hangs at step 13 outside the step's all-reduce, where rank 0
+        # waits. Both step sections time out (6 s); with diagnostics on, NVRx stops each with SIGABRT and Python's
+        # faulthandler writes its stack under a prefix with the global rank (the guard sets torch elastic's
+        # template). The guard excludes the node of the rank that was not in the collective, whichever launcher
+        # srun saw end first; the second run resumes from step 10. The rank monitors check every 0.25 s, so that
+        # both ranks are stopped (and dump) well within the second it takes the first launcher to end and srun
+        # to stop the other node.
+        "collective-hang": dict(
+            env={"NRP_FAULT": "hang", "NVRX_ENABLE_MULTI_LAUNCHERS_PER_NODE": "1"},
+            ft=_ft(
+                num_in_job_restarts=0,
+                num_job_retries_on_failure=1,
+                calc_ft_timeouts=False,
+                diagnostics=True,
+                workload_check_interval=0.25,
+                section_timeouts={"setup": 300, "step": 6, "checkpointing": 120},
             ),
             nodes=2,
             ntasks_per_node=1,
@@ -782,4 +805,45 @@ def test_when_spares_run_out_the_requeue_path_takes_over(jobs):
     for row in report.rows[:2]:
         assert (row.node_fault or "").startswith(f"lost (srun: error: {row.node}: task"), report.rows
     assert report.rows[-1].resumed_from == 15 and report.rows[-1].finished_step == STEPS, report.rows
+    assert finished_hash(logs) == baseline
+
+
+# ----------------------------------------- issue 36: the node of a rank hung inside a collective, from its stack
+
+
+def test_a_rank_hung_outside_the_collective_is_the_node_the_guard_excludes(jobs):
+    """FaultTolerancePlugin(diagnostics=True) on a 2-node job, one rank per node: rank 1 hangs at step 13 outside
+    the all-reduce rank 0 waits in. Both ranks time out and dump their stacks (each line prefixed with its global
+    rank); the guard names the node of rank 1, not whichever launcher srun saw end first, and the report puts the
+    fault on that node; the requeued run resumes from step 10 and ends with the fault-free parameters."""
+    baseline = finished_hash(jobs["fault-free"][0].logs())
+    job, save, res = jobs["collective-hang"]
+    logs = job.logs()
+    run0 = job.attempt_logs()[0]
+    assert (res.state, res.exit_code, res.restarts) == ("COMPLETED", 0, 1), (res.record, logs[-8000:])
+    assert f"FAULT_INJECTED kind=hang step={FAULT_STEP}" in run0, run0[-8000:]
+    # Both ranks dumped, under the global-rank prefix; rank 0 inside torch.distributed's collective.
+    assert re.search(r"^\[default0\]:\[rank0\]:Fatal Python error: Aborted", run0, re.M), run0[-8000:]
+    assert re.search(r"^\[default0\]:\[rank1\]:Fatal Python error: Aborted", run0, re.M), run0[-8000:]
+    assert re.search(r'^\[default0\]:\[rank0\]:\s+File ".*torch/distributed/distributed_c10d\.py"', run0, re.M)
+    # Rank 1's node: the task NVRx gave group rank 1 in the first run (task i runs on the i-th node).
+    (first_run_nodes,) = re.findall(r"^\+\+ scontrol show hostnames '?([^' ]+)'?$", logs, re.M)[:1]
+    hosts = subprocess.run(
+        ["scontrol", "show", "hostnames", first_run_nodes], capture_output=True, text=True, check=True
+    ).stdout.split()
+    task_of_rank1 = next(task for task, rank, rnd in ASSIGNED_ACTIVE.findall(run0) if rank == "1" and rnd == "0")
+    hung_node = hosts[int(task_of_rank1)]
+    assert re.search(
+        rf"^nemo-resiliency-plugins: node {hung_node} held rank 1, not in the collective the other ranks waited in "
+        rf"\(their stack dumps\): the requeued job excludes {hung_node}$",
+        logs,
+        re.M,
+    ), logs[-8000:]
+    report = _report(job)
+    assert (report.requeues, report.restarts, report.finished) == (1, 0, True), report.rows
+    hang, last = report.rows
+    assert hang.injected == [f"hang at step {FAULT_STEP} on rank 1"], report.rows
+    assert hang.outside_collective == ["rank 1"] and len(hang.stacks) == 2, hang.stacks
+    assert (hang.node, hang.node_fault) == (hung_node, None), report.rows
+    assert (last.resumed_from, last.finished_step) == (10, STEPS), report.rows
     assert finished_hash(logs) == baseline

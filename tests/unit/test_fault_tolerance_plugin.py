@@ -96,6 +96,26 @@ def test_diagnostics_stops_a_hung_rank_with_sigabrt_and_turns_on_pythons_faultha
         add_job(script(), local(env_vars={"PYTHONFAULTHANDLER": ""}), [FaultTolerancePlugin(diagnostics=True)])
 
 
+def test_diagnostics_on_slurm_has_every_rank_line_say_its_global_rank(tmp_path):
+    """Slurm: one rank per node makes every node's lines "[default0]:"; the guard's srun function (which alone can
+    write torch elastic's ${...} template without the sbatch script expanding it) adds the global rank when
+    NRP_RANK_LOG_PREFIX=1, unless the user set a template of their own. Off Slurm (one host) nothing is added."""
+    executor = add_job(script(), slurm(tmp_path), [FaultTolerancePlugin(diagnostics=True)]).executor
+    assert executor.env_vars["NRP_RANK_LOG_PREFIX"] == "1"
+    assert "NRP_RANK_LOG_PREFIX" not in add_job(script(), slurm(tmp_path), [FaultTolerancePlugin()]).executor.env_vars
+    _, _, env = launch_command(add_job(script(), local(), [FaultTolerancePlugin(diagnostics=True)]))
+    assert "NRP_RANK_LOG_PREFIX" not in env
+    from tests.unit.test_silent_node_evidence import run_bash
+
+    srun = "NRP_SRUN_CAPTURED=true; NRP_SRUN_ERR=/dev/null; "  # the guard's srun function, around a stand-in
+    show = 'srun ft_launcher x; echo "[$TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE]"'
+    template = "[${role_name}${local_rank}]:[rank${rank}]:"
+    assert run_bash(f"{srun}NRP_RANK_LOG_PREFIX=1; {show}").stdout.strip() == f"[{template}]"
+    mine = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE='<${rank}>'; "
+    assert run_bash(f"{srun}NRP_RANK_LOG_PREFIX=1; {mine}{show}").stdout.strip() == "[<${rank}>]"
+    assert run_bash(f"{srun}{show}").stdout.strip() == "[]"
+
+
 def test_diagnostics_sets_the_flight_recorder_to_dump_into_the_job_directory(tmp_path):
     # Local: the Experiment's job directory; Slurm: the job's folder under the tunnel's job_dir, /nemo_run in a
     # container. The dump files are <prefix><rank>, where `nemo-resiliency report` looks for them.

@@ -81,6 +81,8 @@ class ExecutorRules:
             (:mod:`nemo_resiliency_plugins.job.container_entry`) in front of that launch script.
         job_restarts: what brings a failed or stopped job back on this platform, and what stops a crash loop
             (for ``explain`` and the docs; ``retries_note`` says why ``executor.retries`` is not honoured).
+        rank_log_prefix_env: with ``diagnostics=True``, the variable (value ``1``) that asks this executor's job
+            script to prefix each rank's lines with its global rank, so that a stack dump names its node.
     """
 
     executor: Any
@@ -98,6 +100,7 @@ class ExecutorRules:
     pid1_launch_script: ClassVar[bool] = False
     ships_files: ClassVar[bool] = False
     retries_break_job: ClassVar[bool] = False
+    rank_log_prefix_env: ClassVar[str | None] = None
     entry_route: ClassVar[bool] = False
     job_restarts: ClassVar[str] = ""
 

@@ -53,6 +53,8 @@ class SlurmRules(ExecutorRules):
     ships_files: ClassVar[bool] = True
     honours_retries: ClassVar[bool] = True
     infra_rank_env: ClassVar[str | None] = "SLURM_PROCID"
+    # read by the requeue guard's srun function (sbatch/requeue_guard.sh), which sets torch elastic's template
+    rank_log_prefix_env: ClassVar[str | None] = "NRP_RANK_LOG_PREFIX"
     preemption_note: ClassVar[str] = "PreemptionPlugin asks Slurm for the signal before the time limit"
     job_restarts: ClassVar[str] = (
         "NeMo-Run's requeue (executor.retries = num_job_retries_on_failure), guarded by this package: a run "

@@ -35,8 +35,9 @@ trap '[ -z "$NRP_USER_EXIT_TRAP" ] || (eval "$NRP_USER_EXIT_TRAP"); nrp_requeue_
 # attribution stop. Requeueing it would burn the job's retries on the same failure: it ends FAILED instead.
 # After any other failure, with NRP_EXCLUDE_FAILED_NODES=1 the failed node is added to the requeued job's excluded
 # nodes, as long as the partition still has enough nodes for the job. Which node: with NRP_SILENT_NODE_TIMEOUT set,
-# first the launchers' own log (below); otherwise the node whose task failed first (srun's own
-# "srun: error: <node>: task <n>: ..." line, captured by the srun function below).
+# first the launchers' own log (below); then, with diagnostics on, the ranks' stack dumps (nrp_hung_rank_node);
+# otherwise the node whose task failed first (srun's own "srun: error: <node>: task <n>: ..." line, captured by
+# the srun function below).
 NRP_SRUN_ERR=$(mktemp "${TMPDIR:-/tmp}/nrp-srun-stderr.XXXXXX")
 NRP_WATCH_DIR=$(mktemp -d "${TMPDIR:-/tmp}/nrp-watch.XXXXXX")
 # A node that hangs as a whole (kernel, driver or file-system hang; every process on it stopped) logs nothing
@@ -110,6 +111,12 @@ srun() {
   local nrp_rc
   NRP_WATCH_PID=
   case " $* " in *" ft_launcher "*) nrp_step_logs_mark "$@" ; : > "$NRP_SRUN_ERR" ;; esac
+  # diagnostics=True: each rank's lines say its global rank, so that a stack dump names its node (step_verdict.sh).
+  # Set here, not in env_vars: NeMo-Run writes those unquoted, and bash would expand the template's ${...}.
+  if [ "${NRP_RANK_LOG_PREFIX:-}" = 1 ] && [ -z "${TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE:-}" ]; then
+    # shellcheck disable=SC2016  # torch elastic fills in the template
+    export TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE='[${role_name}${local_rank}]:[rank${rank}]:'
+  fi
   if [ -n "${NRP_SILENT_NODE_TIMEOUT:-}" ] && [ "${SLURM_JOB_NUM_NODES:-1}" -gt 1 ]; then
     case " $* " in *" ft_launcher "*) nrp_watch_start "$@" ;; esac
   fi
@@ -132,13 +139,17 @@ nrp_silent_node_names() {  # the hung nodes the launchers' log shows (see above)
   $NRP_SCONTROL show hostnames "$SLURM_JOB_NODELIST" | awk -v want=" $* " 'index(want, " " (NR - 1) " ")'
 }
 nrp_exclude_failed_node() {
-  local nrp_line nrp_node nrp_why
+  local nrp_line nrp_node nrp_why nrp_hung
   # (|| true: the template's `set -e` is on by now, and no such line is a case to handle, not an error)
   nrp_line=$(grep -m1 -E '^srun: error: [A-Za-z0-9._-]+: tasks? [0-9,-]+: ' "$NRP_SRUN_ERR" 2>/dev/null) || true
   nrp_node=$(nrp_silent_node_names)
+  nrp_hung=$(nrp_hung_rank_node)
   if [ -n "$nrp_node" ]; then
     nrp_node=$(printf '%s\n' "$nrp_node" | paste -sd, -)
     nrp_why="went silent: no launcher line after a section timeout on another node"
+  elif [ -n "$nrp_hung" ]; then
+    nrp_node=${nrp_hung%% *}
+    nrp_why="held rank ${nrp_hung#* }, not in the collective the other ranks waited in (their stack dumps)"
   else
     nrp_node=$(printf '%s' "$nrp_line" | awk '{print $3}' | tr -d :)
     nrp_why="failed first ($nrp_line)"

@@ -37,24 +37,35 @@ nrp_no_restart_reason() {  # NVRx's reason (no_progress, attribution_stop, ...) 
 nrp_straggler_stopped() {  # exit 0 when the step ended on Megatron Bridge's straggler stop
   nrp_step_log | grep -q 'Exiting program due to straggler detection'
 }
+# Rank -> node, shared by the awk programs below (prepended to each): a rank's node group is rank / ranks-per-node
+# (per), and that group's launcher is the task whose log line says "Assigned active rank <group>" (NVRx's
+# infra:<task> tag; task i runs on the i-th node of the allocation, host[i + 1]); without such a line, task = group.
+# shellcheck disable=SC2016  # awk's own $0, not the shell's
+NRP_AWK_RANK_NODE='
+function nrp_assignment(line,  task, group) {  # a line of NVRx rank assignment: note which task holds the group
+  if (!match(line, /infra:[0-9]+\(/)) return ""
+  task = substr(line, RSTART + 6, RLENGTH - 7)
+  if (!match(line, /Assigned active rank [0-9]+/)) return ""
+  group = substr(line, RSTART + 21, RLENGTH - 21); task_of[group] = task
+  return group
+}
+function nrp_node_of_rank(rank,  group, task) {
+  group = int(rank / per); task = (group in task_of) ? task_of[group] : group
+  return (task + 1 <= n) ? host[task + 1] : ""
+}'
 nrp_straggler_nodes() {  # the job's nodes that host the ranks of the last straggler report, one a line
   # A rank's node: the node name NVRx reports (the rank's host name) when it is one of the job's nodes, or the
-  # NodeHostName of exactly one of them; otherwise rank R is in node group R / ranks-per-node, and that group's
-  # launcher is the task whose log line says "Assigned active rank <group>" (NVRx's infra:<task> tag; task i
-  # runs on the i-th node of the allocation). Several nodes sharing one host name (the local test cluster) take
-  # the second way.
+  # NodeHostName of exactly one of them; otherwise the rank's node group (NRP_AWK_RANK_NODE). Several nodes
+  # sharing one host name (the local test cluster) take the second way.
   local nrp_hosts nrp_hostnames nrp_h
   nrp_hosts=$($NRP_SCONTROL show hostnames "$SLURM_JOB_NODELIST" | paste -sd' ' -)
   nrp_hostnames=$(for nrp_h in $nrp_hosts; do
       $NRP_SCONTROL show node "$nrp_h" -o 2>/dev/null | grep -oE 'NodeHostName=[^ ]+' | cut -d= -f2 | head -n 1
     done | paste -sd' ' -)
-  nrp_step_log | awk -v hosts="$nrp_hosts" -v hostnames="$nrp_hostnames" -v per="${SLURM_NTASKS_PER_NODE%%(*}" '
+  nrp_step_log | awk -v hosts="$nrp_hosts" -v hostnames="$nrp_hostnames" -v per="${SLURM_NTASKS_PER_NODE%%(*}" \
+    "$NRP_AWK_RANK_NODE"'
     BEGIN { n = split(hosts, host, " "); split(hostnames, hname, " "); if (per !~ /^[0-9]+$/ || per < 1) per = 1 }
-    match($0, /infra:[0-9]+\(/) && match($0, /Assigned active rank [0-9]+/) {
-      line = $0; match(line, /infra:[0-9]+\(/); task = substr(line, RSTART + 6, RLENGTH - 7)
-      match(line, /Assigned active rank [0-9]+/); group = substr(line, RSTART + 21, RLENGTH - 21)
-      task_of[group] = task
-    }
+    { nrp_assignment($0) }
     /STRAGGLER DETECTION WARNING: .*Affected ranks:/ { report = $0 }
     END {
       rest = report
@@ -65,11 +76,54 @@ nrp_straggler_nodes() {  # the job's nodes that host the ranks of the last strag
         found = ""; same = 0
         for (i = 1; i <= n; i++) if (host[i] == name) found = host[i]
         if (found == "") { for (i = 1; i <= n; i++) if (hname[i] == name) { same++; cand = host[i] }; if (same == 1) found = cand }
-        if (found == "") {
-          group = int(rank / per); task = (group in task_of) ? task_of[group] : group
-          if (task + 1 <= n) found = host[task + 1]
-        }
+        if (found == "") found = nrp_node_of_rank(rank)
         if (found != "" && !(found in seen)) { seen[found] = 1; print found }
       }
+    }'
+}
+# A rank hung inside a collective: every rank waiting in it times out too, and srun names whichever node's
+# launcher ended first. With FaultTolerancePlugin(diagnostics=True) NVRx stops the hung ranks with SIGABRT and
+# Python's faulthandler writes each one's stack to the log, each line under torch elastic's prefix, which the guard
+# makes carry the global rank ([default<local rank>]:[rank<rank>]:, TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE; see
+# the srun function). The ranks whose main thread is in a torch.distributed collective waited; a rank that is not
+# is the one they waited for. nemo-resiliency report reads the same dumps (tools/report_stacks.py; the unit tests
+# hold the two readings to the same answers).
+nrp_hung_rank_node() {  # "<node> <rank>[,<rank>...]" when the last cycle's dumps put the ranks outside on one node
+  local nrp_hosts
+  nrp_hosts=$($NRP_SCONTROL show hostnames "$SLURM_JOB_NODELIST" | paste -sd' ' -)
+  nrp_step_log | awk -v hosts="$nrp_hosts" -v per="${SLURM_NTASKS_PER_NODE%%(*}" "$NRP_AWK_RANK_NODE"'
+    BEGIN { n = split(hosts, host, " "); if (per !~ /^[0-9]+$/ || per < 1) per = 1; round = -1 }
+    match($0, /Assigned active rank [0-9]+ \(round=[0-9]+\)/) {
+      r = substr($0, RSTART, RLENGTH); sub(/.*round=/, "", r); sub(/\)/, "", r)
+      if (r + 0 != round) { round = r + 0; split("", dumped); split("", indump); split("", threads) }
+      nrp_assignment($0); next
+    }
+    match($0, /^\[[A-Za-z_]*[0-9]+\]:\[rank[0-9]+\]:/) {
+      who = substr($0, 1, RLENGTH); rest = substr($0, RLENGTH + 1); sub(/^ /, "", rest)
+      rank = who; sub(/.*\[rank/, "", rank); sub(/\].*/, "", rank)
+      if (rest ~ /^Fatal Python error: /) { dumped[rank] = 1; indump[rank] = 1; threads[rank] = 0; next }
+      if (!indump[rank]) next
+      if (rest ~ /^(Current thread|Thread) 0x/) {
+        t = rank SUBSEP (++threads[rank]); current[t] = (rest ~ /^Current thread/); last[t] = ""; c10d[t] = 0
+      } else if (rest ~ /^ *File "/ && threads[rank]) {
+        t = rank SUBSEP threads[rank]; f = rest; sub(/.* in /, "", f); last[t] = f
+        if (rest ~ /torch\/distributed\/distributed_c10d\.py"/) c10d[t] = 1
+      } else if (rest ~ /^Extension modules:/) indump[rank] = 0
+    }
+    END {
+      for (rank in dumped) {
+        main = ""
+        for (i = 1; i <= threads[rank]; i++) if (last[rank SUBSEP i] == "<module>") { main = rank SUBSEP i; break }
+        if (main == "") for (i = 1; i <= threads[rank]; i++) if (current[rank SUBSEP i]) main = rank SUBSEP i
+        if (main != "" && c10d[main]) waited++
+        else { out[rank] = 1; outside++ }
+      }
+      if (!waited || !outside) exit
+      for (rank in out) {
+        node = nrp_node_of_rank(rank); if (node == "") exit
+        if (the != "" && node != the) exit
+        the = node; ranks = ranks (ranks == "" ? "" : ",") rank
+      }
+      print the, ranks
     }'
 }
