@@ -102,7 +102,8 @@ def test_report_of_the_container_job(kill_then_hang):
     assert (job.requeues, job.restarts, job.finished) == (0, 2, True)
     kill, hang, last = job.rows
     assert kill.injected == [f"kill at step {KILL_STEP} on rank 1"]
-    assert_ended_by_kill(kill)
+    assert_ended_by_kill(kill, rank=1)
     assert (hang.injected, hang.resumed_from) == ([f"hang at step {HANG_STEP} on rank 1"], 10)
     assert hang.detected_by.startswith("section 'step' timeout") and STEP_TIMEOUT <= hang.open_s < STEP_TIMEOUT + 3
-    assert (last.resumed_from, last.finished_step) == (15, STEPS)
+    assert (last.injected, last.resumed_from, last.finished_step) == ([], 15, STEPS)
+    assert [row.checkpoints for row in job.rows] == [[5, 10], [15], [20]], job.rows

@@ -203,6 +203,7 @@ def test_docker_stop_saves_exits_0_and_a_rerun_resumes_to_the_fault_free_paramet
     # `nemo-resiliency report` (issue 36) on the container's log: one cycle, ended by the signal after its save.
     (stopped,) = report_job(job.job_dir).rows
     assert (stopped.detected_by, stopped.checkpoints[-1], stopped.finished_step) == (SIGNAL_EXITED, stop_step, None)
+    assert stopped.injected == [], stopped  # the stop came from outside (docker stop), no fault of the workload's
 
     # A rerun of the same experiment (what brings a Docker job back): NeMo-Run rebuilds it from what it saved. NeMo-Run
     # 0.11.1's Docker scheduler appended the job directory's /nemo_run mount to the executor it saved, and appends
@@ -247,10 +248,11 @@ def test_crash_loop_ends_with_the_no_restart_exit_and_docker_does_not_restart_it
     assert "made NO progress" in log, log[-4000:]
     assert (code, job.status_file(), state) == (93, "93", "FAILED"), log[-4000:]
     report = report_job(job.job_dir)  # issue 36: both cycles ended by the same kill, the second without progress
-    assert (report.restarts, report.finished) == (1, False)
+    assert (report.requeues, report.restarts, report.finished) == (0, 1, False)
     for row in report.rows:
         assert row.injected == [f"kill at step {CRASH_STEP} on rank 1"]
-        assert_ended_by_kill(row)
+        assert_ended_by_kill(row, rank=1)
+    assert report.rows[0].checkpoints == [5], report.rows
     assert (report.rows[1].resumed_from, report.rows[1].checkpoints) == (5, [])
     # Not started again: dockerd removed the container (the wait above ended with its removal) and no container of
     # the experiment exists (auto-removed, no restart policy: nothing would create one).

@@ -336,6 +336,10 @@ def test_fault_free_job_runs_under_ft_launcher_and_is_not_requeued_after_success
     results = next(job.task_dir().glob("*_job_results")).read_text().split()
     assert results == [job.job_id, "0", "S"], results
     assert finished_hash(logs)[0] == STEPS
+    report = _report(job)
+    assert (report.requeues, report.restarts, report.finished) == (0, 0, True), report.rows
+    (row,) = report.rows
+    assert (row.injected, row.detected_by, row.checkpoints) == ([], None, [5, 10, 15, 20]), row
 
 
 def test_killed_rank_is_restarted_inside_the_job(jobs):
@@ -442,6 +446,12 @@ def test_job_out_of_retries_ends_failed_not_completed(jobs):
     assert "FINISHED step=" not in logs
     results = next(job.task_dir().glob("*_job_results")).read_text().split()
     assert results == [job.job_id, "0", "F"], results
+    report = _report(job)
+    assert (report.requeues, report.restarts, report.finished) == (0, 0, False), report.rows
+    (row,) = report.rows
+    assert row.injected == [f"kill at step {FAULT_STEP} on rank 1"], row
+    assert_ended_by_kill(row, rank=1)
+    assert row.checkpoints == [5, 10], row
 
 
 # ------------------------------------------------------------------ issue 18: crash loops, progress, lost nodes
@@ -615,6 +625,12 @@ def test_straggler_stop_requeues_the_job_without_the_slow_node(jobs):
     report = _report(job)
     (stop_row,) = [row for row in report.rows if row.detected_by and "straggler" in row.detected_by]
     assert (stop_row.attempt, stop_row.detected_on_rank, stop_row.node) == (1, 1, slow), report.rows
+    # Rank 1 (the slow node's) announces its slowness at its first step, 0: run 1 started from scratch (run 0 never
+    # trained). The stop saved at the step it stopped; run 2, on other nodes, injected nothing and resumed there.
+    assert stop_row.injected == ["slow_node at step 0 on rank 1"], report.rows
+    assert stop_row.checkpoints[-1] == stopped and stop_row.finished_step is None, report.rows
+    assert report.rows[-1].injected == [], report.rows
+    assert (report.rows[-1].resumed_from, report.rows[-1].finished_step) == (stopped, STEPS), report.rows
 
 
 # ------------------------------------------------------ issue 36: `nemo-resiliency report` on the jobs above
@@ -630,14 +646,19 @@ def test_report_of_the_requeued_and_the_crash_loop_jobs(jobs):
     assert (requeue.requeues, requeue.restarts, requeue.finished) == (1, 0, True)
     (killed,), (resumed,) = (a.cycles for a in requeue.attempts)
     assert killed.injected == [f"kill at step {FAULT_STEP} on rank 1"]
-    assert_ended_by_kill(killed)
-    assert (resumed.resumed_from, resumed.finished_step) == (10, STEPS)
+    assert_ended_by_kill(killed, rank=1)
+    assert killed.checkpoints == [5, 10], killed
+    assert (resumed.injected, resumed.resumed_from, resumed.finished_step) == ([], 10, STEPS)
+    assert resumed.checkpoints == [15, 20], resumed
     assert requeue.guard[-1].endswith("finished, not requeued"), requeue.guard
 
     loop = _report(jobs["crash-loop"][0])
     assert (loop.requeues, loop.restarts, loop.finished) == (0, 1, False)
     assert [row.injected for row in loop.rows] == [[f"kill at step {FAULT_STEP} on rank 1"]] * 2
     assert [row.resumed_from for row in loop.rows] == [None, 10]
+    assert [row.checkpoints for row in loop.rows] == [[5, 10], []], loop.rows
+    for row in loop.rows:
+        assert_ended_by_kill(row, rank=1)
     assert "no-restart code 93" in loop.guard[-1] and "not requeued" in loop.guard[-1], loop.guard
 
 
@@ -666,8 +687,10 @@ def test_report_of_the_progress_each_cycle_job(jobs):
     assert (job.requeues, job.restarts, job.finished) == (0, 3, True)
     assert [row.injected for row in job.rows] == [[f"kill at step {s} on rank 1"] for s in (8, 13, 18)] + [[]]
     assert [row.resumed_from for row in job.rows] == [None, 5, 10, 15]
+    # Each cycle saved once before its kill, 3 steps after the save: a new checkpoint every cycle.
+    assert [row.checkpoints for row in job.rows] == [[5], [10], [15], [20]], job.rows
     for row in job.rows[:3]:
-        assert_ended_by_kill(row)
+        assert_ended_by_kill(row, rank=1)
     assert job.rows[-1].finished_step == STEPS
 
 
@@ -677,6 +700,9 @@ def test_report_of_the_two_node_job(jobs):
     job = _report(jobs["two-nodes"][0])
     lost, hung = jobs["two-nodes-killed"]["node"][0], jobs["two-nodes-frozen"]["node"][0]
     assert job.requeues == jobs["two-nodes"][2].restarts and job.requeues >= 2 and job.finished
+    # No in-job restart (num_in_job_restarts=0) and no fault of the workload's own: both came from outside.
+    assert job.restarts == 0, job.rows
+    assert [row.injected for row in job.rows] == [[]] * len(job.rows), job.rows
     assert job.attempts[1].cycles[0].resumed_from == 5
     assert job.attempts[1].cycles[0].detected_by.startswith("section 'step' timeout")
     assert job.attempts[-1].cycles[-1].resumed_from == 10 and job.attempts[-1].cycles[-1].finished_step == STEPS
@@ -768,6 +794,9 @@ def test_a_spare_node_replaces_a_frozen_node_and_the_step_ends_when_training_doe
     report = _report(job)
     assert (report.requeues, report.restarts, report.finished) == (0, 2, True), report.rows
     assert report.rows[-1].resumed_from == 15 and report.rows[-1].finished_step == STEPS, report.rows
+    # The frozen node on the cycle it ended (srun's "Killed" line for its task came after the spare block's stop).
+    assert report.rows[1].node == frozen["node"][0], report.rows
+    assert (report.rows[1].node_fault or "").startswith("froze ("), report.rows
     assert re.search(r"RESUMED from step 15\b", logs), logs[-8000:]
     assert finished_hash(logs) == baseline
 
@@ -800,6 +829,8 @@ def test_when_spares_run_out_the_requeue_path_takes_over(jobs):
     assert not re.search(r"^nemo-resiliency-plugins: step exit code \d+, but every launcher", logs, re.M), logs[-8000:]
     report = _report(job)
     assert (report.requeues, report.finished) == (1, True), report.rows
+    assert any(line.endswith(f"the requeued job excludes {lost}") for line in report.guard), report.guard
+    assert len(report.attempts[1].cycles) == 1, report.rows  # the second run: no fault, no restart
     # Each lost node on the cycle it ended: the first in round 0, the spare's node in round 1.
     assert [row.node for row in report.rows[:2]] == [first["node"][0], second["node"][0]], report.rows
     for row in report.rows[:2]:

@@ -17,7 +17,7 @@ import pytest
 
 from nemo_resiliency_plugins import FaultTolerancePlugin
 from nemo_resiliency_plugins.testing.local_run import run_local
-from nemo_resiliency_plugins.tools.report import report_job
+from nemo_resiliency_plugins.tools.report import report_experiment, report_job
 from tests.helpers import assert_ended_by_kill, assert_same_params, final_params, workload_script
 
 STEPS = 20  # the reference config's train.train_iters; checkpoint every 5 steps
@@ -158,6 +158,13 @@ def test_faults_beyond_the_restart_budget_end_failed(tmp_path):
     state = next(iter(status.values()))["status"]
     assert getattr(state, "name", str(state)) == "FAILED", status
     assert not (tmp_path / "final_params.pt").exists()
+    # `nemo-resiliency report` (issue 36) on the saved experiment: one cycle, ended by the kill, never restarted.
+    (job,) = report_experiment(exp._exp_dir)
+    assert (job.requeues, job.restarts, job.finished) == (0, 0, False), job.rows
+    (row,) = job.rows
+    assert row.injected == [f"kill at step {FAULT_STEP} on rank 1"], row
+    assert_ended_by_kill(row, rank=1)
+    assert row.checkpoints == [5, 10], row
 
 
 def test_5711_a_finished_run_started_again_fails_exactly_where_the_known_bug_check_says(baseline, tmp_path):
@@ -230,5 +237,7 @@ def test_report_of_the_partial_second_run(partial_second_run):
     assert (job.requeues, job.restarts, job.finished) == (0, 1, True)
     hang, last = job.rows
     assert hang.injected == [f"hang at step {FAULT_STEP} on rank 1"]
+    # A fault at step N strikes after iteration N (the hung rank 1, the last one, printed its training_log line).
+    assert (hang.last_iteration, hang.checkpoints, hang.finished_step) == (FAULT_STEP, [5, 10], None)
     assert hang.detected_by.startswith("section 'step' timeout") and computed <= hang.open_s < computed + 1 + 2
     assert (last.resumed_from, last.finished_step) == (10, STEPS)

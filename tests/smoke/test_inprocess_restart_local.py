@@ -131,6 +131,17 @@ def test_raised_fault_restarts_both_ranks_in_the_same_processes(baseline, tmp_pa
     # times are wall-clock stamps the ranks wrote (no polling error).
     assert reentry < 30, f"in-process re-entry took {reentry:.1f} s (gloo timeout is 10 s)"
 
+    # `nemo-resiliency report` (issue 36): one launcher cycle (torchrun restarts nothing), the raise handled in it.
+    job = report_job(result.job_dir)
+    assert (job.requeues, job.restarts, job.finished) == (0, 0, True)
+    (row,) = job.rows
+    assert row.injected == [f"raise at step {FAULT_STEP} on rank 1"]
+    assert (row.inprocess_restarts, row.resumed_from, row.finished_step) == (1, 10, STEPS)
+    assert (row.detected_by, row.exits) == (None, []), "the raise never reached the launcher"
+    # 11-13 trained twice inside the cycle (the raise went back to the step-10 checkpoint in the same processes).
+    assert (row.recomputed_inside, row.last_iteration) == (FAULT_STEP - 10, STEPS)
+    assert job.iterations() == (STEPS, FAULT_STEP - 10)
+
 
 @pytest.fixture(scope="module")
 def raise_then_kill(tmp_path_factory):
@@ -178,7 +189,7 @@ def test_report_of_the_raise_then_kill_job(raise_then_kill):
     first, second = job.rows[collisions:]
     assert first.injected == [f"raise at step {FAULT_STEP} on rank 1", f"kill at step {KILL_STEP} on rank 1"]
     assert (first.inprocess_restarts, first.resumed_from) == (1, 10)
-    assert (first.detected_by, first.exit_code) == ("rank killed by signal 9", -9)
+    assert (first.detected_by, first.exit_code, first.detected_on_rank) == ("rank killed by signal 9", -9, 1)
     assert first.exits == ["local rank 1 killed by signal 9"], "the raise never reached the launcher"
     assert (second.injected, second.resumed_from, second.finished_step) == ([], 15, STEPS)
     # Trained twice (a fault at step N strikes after iteration N): 11-13 inside cycle 0 (the raise went back to the

@@ -83,7 +83,7 @@ def test_report_of_each_rehearsal_run(good):
         faulty, resumed = job.rows
         assert faulty.injected == [f"{fault.fault} at step {FAULT_STEP} on rank 1"]  # the last of 2 ranks
         if fault is kill:
-            assert_ended_by_kill(faulty)
+            assert_ended_by_kill(faulty, rank=1)
         else:
             assert faulty.detected_by.startswith("section 'step' timeout"), faulty.detected_by
         assert (resumed.resumed_from, resumed.finished_step) == (RESUME_STEP, STEPS)
@@ -139,6 +139,10 @@ def test_undeclared_step_section_leaves_a_hang_undetected(good, rehearsal):  # n
     assert hang.final_state != "SUCCEEDED"
     assert any("not detected within" in r for r in report.reasons), report.reasons
     assert any("no 'step' section timeout is declared" in r for r in report.reasons), report.reasons
+    # `nemo-resiliency report` (issue 36) on the run the rehearsal stopped: the hang injected, the job unfinished.
+    job = report_job(hang.run.job_dir)
+    assert job.rows[0].injected == [f"hang at step {FAULT_STEP} on rank 1"], job.rows
+    assert not job.finished, job.rows
 
 
 def test_inprocess_timeouts_in_the_wrong_order_are_refused_before_anything_runs(tmp_path):

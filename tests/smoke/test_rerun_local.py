@@ -73,6 +73,12 @@ def test_with_the_check_off_the_nan_is_not_caught(tmp_path):
     assert result.grep(f"FINISHED step={STEPS}")
     params = torch.load(tmp_path / "final_params.pt")
     assert all(torch.isnan(t).any() for t in params.values()), "the NaN went into the weights unnoticed"
+    # `nemo-resiliency report` (issue 36): the NaN injected once, nothing detected it, the run finished.
+    job = report_job(result.job_dir)
+    assert (job.requeues, job.restarts, job.finished) == (0, 0, True)
+    (row,) = job.rows
+    assert row.injected == [f"nan at step {NAN_STEP} on rank 1"], row
+    assert (row.detected_by, row.exit_code, row.finished_step) == (None, None, STEPS), row
 
 
 def test_reproduced_nan_saves_a_checkpoint_and_exits_16_partial_task(tmp_path):
@@ -89,6 +95,14 @@ def test_reproduced_nan_saves_a_checkpoint_and_exits_16_partial_task(tmp_path):
     assert (tmp_path / f"iter_{NAN_STEP:07d}.pt").exists()
     assert result.grep(f"EXIT rerun_state_machine exit_code=16 step={NAN_STEP}")
     assert exit_code_seen(result, 16), result.log[-4000:]
+    # `nemo-resiliency report` (issue 36): the NaN injected on the run and on the re-run of step 7 (NRP_FAULT_RANK
+    # unset: rank 1), the save at that step, the exit code 16 that ended the job unfinished.
+    job = report_job(result.job_dir)
+    assert (job.requeues, job.restarts, job.finished) == (0, 0, False)
+    (row,) = job.rows
+    assert row.injected == [f"nan_persistent at step {NAN_STEP} on rank 1"] * 2, row
+    assert (row.checkpoints, row.finished_step) == ([5, NAN_STEP], None), row
+    assert (row.detected_by, row.exit_code) == ("rank exited with code 16", 16), row
 
 
 def test_with_fault_tolerance_plugin_exit_17_is_restarted_in_place_and_training_goes_on(nan_under_ft):

@@ -133,8 +133,10 @@ def test_partial_task_below_the_slow_ranks_score_reports_no_straggler(below_thre
 
 # `nemo-resiliency report` (issue 36) on the three jobs: the straggler Megatron Bridge reported, and the stop.
 def test_report_of_the_straggler_jobs(reported, stopped, below_threshold):
+    slow = ["slow at step 0 on rank 1"]  # NRP_FAULT=slow from step 0: announced once, at rank 1's first step
     job = report_job(reported[0].job_dir)
     (row,) = job.rows
+    assert row.injected == slow, row.injected
     # (an "individual" report of the same rank may join it: NVRx compares each rank with its own history too)
     assert row.stragglers[0] == f"rank 1 on node {_node(reported[0])} (relative)", row.stragglers
     assert all(found.startswith("rank 1 on node ") for found in row.stragglers), row.stragglers
@@ -146,11 +148,13 @@ def test_report_of_the_straggler_jobs(reported, stopped, below_threshold):
     step = int(re.search(r"step=(\d+)", result.grep("EXIT on straggler step=")[0]).group(1))
     job = report_job(result.job_dir)
     (row,) = job.rows
+    assert row.injected == slow, row.injected
     assert (row.detected_by, row.detected_on_rank) == ("straggler detection (training stopped)", 1)
     assert row.checkpoints[-1] == step and row.finished_step is None and not job.finished
     assert job.iterations() == (step, 0)
 
     (row,) = report_job(below_threshold.job_dir).rows
+    assert row.injected == slow, row.injected
     assert row.stragglers == [] and row.detected_by is None and row.finished_step == ITERS
 
 
