@@ -92,6 +92,19 @@ def _ft(**overrides) -> dict:
     return settings
 
 
+def _two_nodes(env: dict, **ft) -> dict:
+    """A job of 2 training nodes, one rank each. The cluster's nodes share one host (one address): NVRx's rendezvous
+    would take their launchers for a misconfiguration on one node unless told that this simulates several nodes.
+    calc_ft_timeouts off: with it, Megatron Bridge 0.6.2 fails a requeued run that had already finished
+    (Megatron-Bridge#5711, which the plugin warns about), so one spurious requeue would end the job FAILED."""
+    return dict(
+        env={**env, "NVRX_ENABLE_MULTI_LAUNCHERS_PER_NODE": "1"},
+        ft=_ft(calc_ft_timeouts=False, **ft),
+        nodes=2,
+        ntasks_per_node=1,
+    )
+
+
 def _store_host_node(job) -> str:
     """SLURM_NODEID of the node whose ft_launcher hosts the rendezvous TCPStore."""
     listening = store_pids(job)
@@ -186,35 +199,25 @@ def jobs(local_slurm, tmp_path_factory):
         # section times out (10 s: the two-node job's 6 s and a margin for the resumed first step), the other
         # spare takes its place, and once training finished the spare block stops the step the frozen task held
         # (5 s after the launchers' exit lines: NRP_SPARE_FINISH_GRACE).
-        "spare": dict(
-            env={"NRP_STEP_TIME": "0.3", "NVRX_ENABLE_MULTI_LAUNCHERS_PER_NODE": "1", "NRP_SPARE_FINISH_GRACE": "5"},
-            ft=_ft(
-                num_in_job_restarts=2,
-                num_job_retries_on_failure=1,
-                calc_ft_timeouts=False,
-                spare_nodes=2,
-                section_timeouts={"setup": 300, "step": 10, "checkpointing": 120},
-            ),
-            nodes=2,
-            ntasks_per_node=1,
+        "spare": _two_nodes(
+            {"NRP_STEP_TIME": "0.3", "NRP_SPARE_FINISH_GRACE": "5"},
+            num_in_job_restarts=2,
+            num_job_retries_on_failure=1,
+            spare_nodes=2,
+            section_timeouts={"setup": 300, "step": 10, "checkpointing": 120},
         ),
         # Issue 34, spares running out: two training nodes and one spare (3 nodes). A training node without the
         # store is lost after the step-5 save (the spare takes its place), then the spare's node after the step-15
         # save: the store host's launcher waits for a second node until NRP_SPARE_JOIN_TIMEOUT (30 s, NVRx's
         # join_timeout; 600 s by default), exits, and the requeue path takes over: the first lost node excluded
         # (the 4-node cluster still has 3 for the job), the second run resumes from step 15 and finishes.
-        "spare-exhausted": dict(
-            env={"NRP_STEP_TIME": "0.3", "NVRX_ENABLE_MULTI_LAUNCHERS_PER_NODE": "1", "NRP_SPARE_JOIN_TIMEOUT": "30"},
-            ft=_ft(
-                num_in_job_restarts=2,
-                num_job_retries_on_failure=1,
-                calc_ft_timeouts=False,
-                spare_nodes=1,
-                exclude_failed_nodes=True,
-                section_timeouts={"setup": 300, "step": 10, "checkpointing": 120},
-            ),
-            nodes=2,
-            ntasks_per_node=1,
+        "spare-exhausted": _two_nodes(
+            {"NRP_STEP_TIME": "0.3", "NRP_SPARE_JOIN_TIMEOUT": "30"},
+            num_in_job_restarts=2,
+            num_job_retries_on_failure=1,
+            spare_nodes=1,
+            exclude_failed_nodes=True,
+            section_timeouts={"setup": 300, "step": 10, "checkpointing": 120},
         ),
         # Issue 36: rank 1 (the second node's one rank) hangs at step 13 outside the step's all-reduce, where rank 0
         # waits. Both step sections time out (6 s); with diagnostics on, NVRx stops each with SIGABRT and Python's
@@ -223,36 +226,22 @@ def jobs(local_slurm, tmp_path_factory):
         # srun saw end first; the second run resumes from step 10. The rank monitors check every 0.25 s, so that
         # both ranks are stopped (and dump) well within the second it takes the first launcher to end and srun
         # to stop the other node.
-        "collective-hang": dict(
-            env={"NRP_FAULT": "hang", "NVRX_ENABLE_MULTI_LAUNCHERS_PER_NODE": "1"},
-            ft=_ft(
-                num_in_job_restarts=0,
-                num_job_retries_on_failure=1,
-                calc_ft_timeouts=False,
-                diagnostics=True,
-                workload_check_interval=0.25,
-                section_timeouts={"setup": 300, "step": 6, "checkpointing": 120},
-            ),
-            nodes=2,
-            ntasks_per_node=1,
+        "collective-hang": _two_nodes(
+            {"NRP_FAULT": "hang"},
+            num_in_job_restarts=0,
+            num_job_retries_on_failure=1,
+            diagnostics=True,
+            workload_check_interval=0.25,
+            section_timeouts={"setup": 300, "step": 6, "checkpointing": 120},
         ),
         # One rank per node on 2 of the cluster's nodes; the node of rank 1 is lost (killed from outside), then
         # the node rank 1 was moved to hangs as a whole. No in-job restart: each failure is a requeue.
-        "two-nodes": dict(
-            # The cluster's nodes share one host (one address): NVRx's rendezvous would take the two launchers for
-            # a misconfiguration on one node unless told that this is a simulation of several nodes.
-            env={"NRP_STEP_TIME": "0.3", "NVRX_ENABLE_MULTI_LAUNCHERS_PER_NODE": "1"},
-            # calc_ft_timeouts off: with it, Megatron Bridge 0.6.2 fails a requeued run that had already finished
-            # (Megatron-Bridge#5711, which the plugin warns about), so one spurious requeue would end the job FAILED.
-            ft=_ft(
-                num_in_job_restarts=0,
-                num_job_retries_on_failure=4,
-                calc_ft_timeouts=False,
-                section_timeouts={"setup": 300, "step": 6, "checkpointing": 120},
-                silent_node_timeout=20,
-            ),
-            nodes=2,
-            ntasks_per_node=1,
+        "two-nodes": _two_nodes(
+            {"NRP_STEP_TIME": "0.3"},
+            num_in_job_restarts=0,
+            num_job_retries_on_failure=4,
+            section_timeouts={"setup": 300, "step": 6, "checkpointing": 120},
+            silent_node_timeout=20,
         ),
     }
 
@@ -636,6 +625,12 @@ def test_straggler_stop_requeues_the_job_without_the_slow_node(jobs):
 # ------------------------------------------------------ issue 36: `nemo-resiliency report` on the jobs above
 
 
+def _guard_said(logs: str, line: str) -> None:
+    """The batch log has the plugins' line ``nemo-resiliency-plugins: <line>`` (a regex), whole: not bash's trace
+    of the echo, nor the script's own text."""
+    assert re.search(rf"^nemo-resiliency-plugins: {line}$", logs, re.M), logs[-8000:]
+
+
 def _report(job):
     (one,) = report_experiment(job.exp_dir)
     return one
@@ -785,12 +780,11 @@ def test_a_spare_node_replaces_a_frozen_node_and_the_step_ends_when_training_doe
     assert len({task for task, _, _ in rounds}) == 4, rounds
     assert sorted(rank for _, rank, rnd in rounds if rnd == "2") == ["0", "1"], rounds
     # The block's watcher stopped the step the frozen task held, after training finished.
-    assert re.search(
-        r"^nemo-resiliency-plugins: training finished on the active nodes, but the step still ran 5 s later "
-        r"\(a task on a frozen node\): stopping step \d+\.\d+$",
+    _guard_said(
         logs,
-        re.M,
-    ), logs[-8000:]
+        r"training finished on the active nodes, but the step still ran 5 s later \(a task on a frozen node\): "
+        r"stopping step \d+\.\d+",
+    )
     report = _report(job)
     assert (report.requeues, report.restarts, report.finished) == (0, 2, True), report.rows
     assert report.rows[-1].resumed_from == 15 and report.rows[-1].finished_step == STEPS, report.rows
@@ -864,12 +858,11 @@ def test_a_rank_hung_outside_the_collective_is_the_node_the_guard_excludes(jobs)
     ).stdout.split()
     task_of_rank1 = next(task for task, rank, rnd in ASSIGNED_ACTIVE.findall(run0) if rank == "1" and rnd == "0")
     hung_node = hosts[int(task_of_rank1)]
-    assert re.search(
-        rf"^nemo-resiliency-plugins: node {hung_node} held rank 1, not in the collective the other ranks waited in "
-        rf"\(their stack dumps\): the requeued job excludes {hung_node}$",
+    _guard_said(
         logs,
-        re.M,
-    ), logs[-8000:]
+        rf"node {hung_node} held rank 1, not in the collective the other ranks waited in \(their stack dumps\): "
+        rf"the requeued job excludes {hung_node}",
+    )
     report = _report(job)
     assert (report.requeues, report.restarts, report.finished) == (1, 0, True), report.rows
     hang, last = report.rows
