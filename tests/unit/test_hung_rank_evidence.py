@@ -96,3 +96,11 @@ def test_the_report_of_the_real_job(tmp_path):
     assert hang.stacks[1].startswith("rank 0: in all_reduce"), hang.stacks
     assert (hang.node, hang.node_fault) == ("nrp-node2", None)
     assert (last.resumed_from, last.finished_step, last.node) == (10, 20, None)
+
+
+def test_the_ranks_per_node_come_from_nvrx_s_own_line(local_slurm, tmp_path):  # noqa: F811
+    """NVRx logs "Using nproc_per_node=1.": that, not the job's SLURM_NTASKS_PER_NODE (which NeMo-Run may set to
+    the ranks of a node or to the one launcher), decides which node group rank 1 is in."""
+    first = next((unpack(FIXTURE, tmp_path) / "train").glob("log-*_0.out"))
+    script = _step_wrote(first) + "SLURM_NTASKS_PER_NODE=8; nrp_hung_rank_node"
+    assert guard(tmp_path, [], script, nodelist="nrp-node[1-2]") == "nrp-node2 1"

@@ -38,11 +38,13 @@ nrp_straggler_stopped() {  # exit 0 when the step ended on Megatron Bridge's str
   nrp_step_log | grep -q 'Exiting program due to straggler detection'
 }
 # Rank -> node, shared by the awk programs below (prepended to each): a rank's node group is rank / ranks-per-node
-# (per), and that group's launcher is the task whose log line says "Assigned active rank <group>" (NVRx's
-# infra:<task> tag; task i runs on the i-th node of the allocation, host[i + 1]); without such a line, task = group.
+# (per: NVRx's "Using nproc_per_node=N." line, else the job's SLURM_NTASKS_PER_NODE), and that group's launcher is
+# the task whose log line says "Assigned active rank <group>" (NVRx's infra:<task> tag; task i runs on the i-th node
+# of the allocation, host[i + 1]); without such a line, task = group.
 # shellcheck disable=SC2016  # awk's own $0, not the shell's
 NRP_AWK_RANK_NODE='
 function nrp_assignment(line,  task, group) {  # a line of NVRx rank assignment: note which task holds the group
+  if (match(line, /Using nproc_per_node=[0-9]+\./)) per = substr(line, RSTART + 21, RLENGTH - 22) + 0
   if (!match(line, /infra:[0-9]+\(/)) return ""
   task = substr(line, RSTART + 6, RLENGTH - 7)
   if (!match(line, /Assigned active rank [0-9]+/)) return ""
@@ -98,6 +100,7 @@ nrp_hung_rank_node() {  # "<node> <rank>[,<rank>...]" when the last cycle's dump
       if (r + 0 != round) { round = r + 0; split("", dumped); split("", indump); split("", threads) }
       nrp_assignment($0); next
     }
+    /Using nproc_per_node=/ { nrp_assignment($0) }
     match($0, /^\[[A-Za-z_]*[0-9]+\]:\[rank[0-9]+\]:/) {
       who = substr($0, 1, RLENGTH); rest = substr($0, RLENGTH + 1); sub(/^ /, "", rest)
       rank = who; sub(/.*\[rank/, "", rank); sub(/\].*/, "", rank)
