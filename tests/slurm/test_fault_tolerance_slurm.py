@@ -223,9 +223,9 @@ def jobs(local_slurm, tmp_path_factory):
         # waits. Both step sections time out (6 s); with diagnostics on, NVRx stops each with SIGABRT and Python's
         # faulthandler writes its stack under a prefix with the global rank (the guard sets torch elastic's
         # template). The guard excludes the node of the rank that was not in the collective, whichever launcher
-        # srun saw end first; the second run resumes from step 10. The rank monitors check every 0.25 s, so that
-        # both ranks are stopped (and dump) well within the second it takes the first launcher to end and srun
-        # to stop the other node.
+        # srun saw end first; the second run resumes from step 10. Each node's rank monitor checks every 0.25 s on its
+        # own clock, so both ranks are stopped (and dump) well before the first launcher ends (seconds after its
+        # ranks were stopped) and srun stops the other node.
         "collective-hang": _two_nodes(
             {"NRP_FAULT": "hang"},
             num_in_job_restarts=0,
