@@ -35,8 +35,7 @@ _GUARD = re.compile(r"nemo-resiliency-plugins: (.+)")  # fullmatch (bash's trace
 _SILENT = re.compile(r"node ([A-Za-z0-9._-]+) went silent(?:: (.*?))?(?:: the requeued job .*)?")  # fullmatch
 _STOPPING = re.compile(r".*stopping step \S+.*")  # fullmatch: the guard ended the step itself
 _FROZEN_STOP = re.compile(r".*\(a task on a frozen node\): stopping step .*")  # fullmatch: core/sbatch/spare_nodes.sh
-_ASSIGNED = re.compile(r"infra:(\d+)\(\d+\)\].*\bAssigned active rank (\d+) \(round=\d+\)")
-_RESTART = re.compile(r"\brestart_count=(\d+)\b")
+_ASSIGNED = re.compile(r"infra:(\d+)\(\d+\)\].*\bAssigned active rank (\d+) \(round=(\d+)\)")
 _NPROC = re.compile(r"\s*nproc_per_node\s*:\s*(\d+)\s*")  # fullmatch: the launch config torch's agent prints
 
 
@@ -92,14 +91,14 @@ def slurm_attempts(batch_text: str) -> list[SlurmAttempt]:
 
 
 def launcher_tasks(log_text: str) -> tuple[dict[int, dict[int, int]], int | None]:
-    """Per cycle, each node group's launcher task (NVRx's rank assignment), and the ranks per node."""
+    """Per cycle, each node group's launcher task (NVRx's rank assignment), and the ranks per node. The cycle is
+    the line's own rendezvous round (NVRx runs one round per cycle): torch's ``restart_count=`` line for the same
+    cycle can come after it, and a spare that joined late counts its own restarts from its first round."""
     tasks: dict[int, dict[int, int]] = {}
-    cycle, nproc = 0, None
+    nproc = None
     for line in log_text.splitlines():
-        if m := _RESTART.search(line):
-            cycle = max(cycle, int(m.group(1)))
-        elif m := _ASSIGNED.search(line):
-            tasks.setdefault(cycle, {})[int(m.group(2))] = int(m.group(1))
+        if m := _ASSIGNED.search(line):
+            tasks.setdefault(int(m.group(3)), {})[int(m.group(2))] = int(m.group(1))
         elif m := _NPROC.fullmatch(line):
             nproc = int(m.group(1))
     return tasks, nproc

@@ -34,6 +34,10 @@ launcher logs, the Slurm batch log), taken from one run of the suite on 2026-12-
   (nrp-node2, task 1) trains in its place, and freezes (SIGSTOP) after the step-15 save; the other spare (nrp-node4)
   trains to the end, and the spare block stops the step the frozen task held.
 
+* ``slurm-spare-assignment-before-restart-line`` (a loaded fresh-clone CI run of commit 7430cb0 on 2026-12-07): the
+  same spare job, nrp-node4 (task 3) lost, then nrp-node2 (task 1) frozen; here NVRx's "Assigned active rank 1
+  (round=1)" line for the spare came before torch's "restart_count=1" line of that cycle.
+
 * ``experiment-ft-kill-then-hang`` (the project CI's run of commit 29a0657): the kill-then-hang job as NeMo-Run saved
   its whole experiment (``$NEMORUN_HOME/experiments/<title>/<id>`` with ``_CONFIG`` and ``_TASKS``), so that the
   report reads the job's plugins for the comparison with ``plan``.
@@ -197,6 +201,17 @@ def test_a_spare_job_names_the_lost_node_and_the_frozen_node_each_on_its_own_cyc
     assert frozen.detected_by.startswith("section 'step' timeout") and frozen.detected_on_rank == 0
     assert (last.resumed_from, last.finished_step, last.node, last.node_fault) == (15, 20, None, None)
     assert [fault_class(row, rerun_check=False) for row in job.rows] == ["node_loss", "node_loss", None]
+
+
+def test_a_spare_job_s_nodes_follow_nvrx_s_rounds_not_torch_s_restart_lines(tmp_path):
+    """The rank assignment of round 1 was logged before the cycle's restart_count=1 line: read by that line, it
+    fell into cycle 0 and the lost node's task held no cycle (the report put the frozen node on cycle 0 and the
+    lost one nowhere; a CI failure). NVRx's own round number places each assignment."""
+    (job,) = report_experiment(unpack("slurm-spare-assignment-before-restart-line", tmp_path))
+    lost, frozen, last = job.rows
+    assert (lost.node, lost.node_fault) == ("nrp-node4", "lost (srun: error: nrp-node4: task 3: Killed)")
+    assert frozen.node == "nrp-node2" and frozen.node_fault.startswith("froze (its task outlived training"), frozen
+    assert (last.finished_step, last.node, last.node_fault) == (20, None, None)
 
 
 def test_a_ranks_fault_is_placed_on_the_node_its_launcher_ran_on(tmp_path):
