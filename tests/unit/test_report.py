@@ -293,6 +293,44 @@ def test_goodput_and_the_iterations_trained_twice(tmp_path, capsys):
     )
 
 
+_STAMP = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) ")  # match: a launcher line's time stamp
+_ITERATION = re.compile(r"\] iteration\s+(\d+)/\s*\d+ .*elapsed time per iteration \(ms\): ([0-9.]+)")
+
+
+def _goodput_from_step_times(logs: list[Path]) -> tuple[float, float]:
+    """Goodput from the job's own lines, without the report: the kept iterations' own times (each iteration's last
+    training_log line, attempts in order) over the launchers' stamped span of each attempt. Also the margin the
+    report's figure may differ by: it takes the mean time of every logged iteration (recomputed ones too) times the
+    kept count, so kept x (slowest - fastest iteration) / wall, plus its rounding to 4 places."""
+    kept: dict[int, float] = {}
+    times: list[float] = []
+    wall = 0.0
+    for log in logs:
+        stamps = []
+        for line in log.read_text().splitlines():
+            if m := _STAMP.match(line):
+                stamps.append(dt.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").timestamp() + int(m.group(2)) / 1e3)
+            if m := _ITERATION.search(line):
+                kept[int(m.group(1))] = float(m.group(2))
+                times.append(float(m.group(2)))
+        wall += stamps[-1] - stamps[0]
+    return sum(kept.values()) / 1e3 / wall, len(kept) * (max(times) - min(times)) / 1e3 / wall + 5e-5
+
+
+@pytest.mark.parametrize(
+    ("fixture", "logs"),
+    [("local-ft-kill-then-hang", "**/combined.log"), ("slurm-spare-assignment-before-restart-line", "train/log-*.out")],
+)
+def test_goodput_is_the_one_the_job_s_own_step_times_give(tmp_path, fixture, logs):
+    """Issue 36: the report's goodput against the kept iterations' own times over the launchers' wall time (the
+    LocalExecutor kill-then-hang job; a one-attempt Slurm job with a spare)."""
+    root = unpack(fixture, tmp_path)
+    (job,) = report_experiment(root)
+    expected, margin = _goodput_from_step_times(sorted(root.glob(logs)))
+    assert 0 < expected < 1 and margin < expected / 2, (expected, margin)
+    assert abs(job.goodput() - expected) <= margin, (job.goodput(), expected, margin)
+
+
 def test_the_timeline_draws_each_cycles_phases_from_the_logs(tmp_path, capsys):
     """``report --timeline``: a PNG, and each phase drawn is a span the logs give (kill-then-hang job)."""
     root = unpack("local-ft-kill-then-hang", tmp_path)
