@@ -143,11 +143,10 @@ nrp_exclude_failed_node() {
   # (|| true: the template's `set -e` is on by now, and no such line is a case to handle, not an error)
   nrp_line=$(grep -m1 -E '^srun: error: [A-Za-z0-9._-]+: tasks? [0-9,-]+: ' "$NRP_SRUN_ERR" 2>/dev/null) || true
   nrp_node=$(nrp_silent_node_names)
-  nrp_hung=$(nrp_hung_rank_node)
   if [ -n "$nrp_node" ]; then
     nrp_node=$(printf '%s\n' "$nrp_node" | paste -sd, -)
     nrp_why="went silent: no launcher line after a section timeout on another node"
-  elif [ -n "$nrp_hung" ]; then
+  elif nrp_hung=$(nrp_hung_rank_node) && [ -n "$nrp_hung" ]; then
     nrp_node=${nrp_hung%% *}
     nrp_why="held rank ${nrp_hung#* }, not in the collective the other ranks waited in (their stack dumps)"
   else

@@ -64,11 +64,12 @@ nrp_spare_watch() {  # SRUN_PID NEWEST_STEP_BEFORE_IT, in the background while t
   set +x  # the template traces the batch script: not this loop
   while sleep 5; do
     kill -0 "$1" 2>/dev/null || return 0
-    nrp_why="training finished on the active nodes"
-    if ! nrp_spare_tail_finished; then
-      nrp_code=$(nrp_store_host_failed)
+    if nrp_spare_tail_finished; then
+      nrp_why="training finished on the active nodes"
+    elif nrp_code=$(nrp_store_host_failed) && [ -n "$nrp_code" ]; then
       nrp_why="the store host's launcher exited with code $nrp_code (spares or restarts ran out)"
-      if [ -z "$nrp_code" ]; then nrp_since=''; continue; fi
+    else
+      nrp_since=''; continue
     fi
     [ -n "$nrp_since" ] || nrp_since=$SECONDS
     [ $(( SECONDS - nrp_since )) -ge "$nrp_grace" ] || continue
