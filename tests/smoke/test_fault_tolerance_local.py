@@ -129,7 +129,9 @@ def test_second_run_uses_computed_timeouts_and_detects_a_hang_faster(partial_sec
     record_property("hang_detection_s_computed_timeout", waited)
     # NVRx's own figure against the timeout it computed from the baseline's steps (what this run loaded): the same
     # bounds as for the declared timeout (one 1 s check interval + 2 s of wake-up on a loaded host).
-    assert computed <= waited < computed + 1 + 2, (waited, computed)
+    # NVRx prints the open time to 2 decimals ("open for 0.84 seconds" for 0.8424 s against a 0.8423 s timeout, seen
+    # in a loaded run): the printed figure may be up to 0.005 s below the timeout it exceeded.
+    assert computed - 0.005 <= waited < computed + 1 + 2, (waited, computed)
     assert computed < 5, f"the computed step timeout ({computed:.2f} s) should beat the declared 5 s"
 
 
@@ -239,5 +241,5 @@ def test_report_of_the_partial_second_run(partial_second_run):
     assert hang.injected == [f"hang at step {FAULT_STEP} on rank 1"]
     # A fault at step N strikes after iteration N (the hung rank 1, the last one, printed its training_log line).
     assert (hang.last_iteration, hang.checkpoints, hang.finished_step) == (FAULT_STEP, [5, 10], None)
-    assert hang.detected_by.startswith("section 'step' timeout") and computed <= hang.open_s < computed + 1 + 2
+    assert hang.detected_by.startswith("section 'step' timeout") and computed - 0.005 <= hang.open_s < computed + 1 + 2
     assert (last.resumed_from, last.finished_step) == (10, STEPS)
