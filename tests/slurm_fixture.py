@@ -9,11 +9,21 @@ tests ``@pytest.mark.slurm``. The session-scoped fixture ``local_slurm``:
   or a developer started it beforehand, it is left running);
 * yields a :class:`LocalSlurm` with ``partition`` and ``run_sbatch(script_text, timeout)``.
 
-Job state: jobs are followed with ``scontrol show job -o`` (the record lives ``MinJobAge`` = 60 s after
+Job state: jobs are followed with ``scontrol show job -o`` (the record lives ``MinJobAge`` = 600 s after
 the job ends); if the record is already gone, the last line for the job in the jobcomp file
 (``JobCompType=jobcomp/filetxt``, ``$SLURM_LOCAL_DIR/log/jobcomp.txt``) gives the final state.
 If ``sacct`` works (slurm-up brings up slurmdbd; a cluster without it answers "Slurm accounting storage
 is disabled"), it is used as a further fallback.
+
+Which source carries which field (a test asserts a field only from a source that carries it):
+
+* ``Restarts`` (how often the job was requeued): the live record has it; the jobcomp file has no such field but
+  one line per run that ended (a requeued run's line says ``JobState=PENDING``), so the count of the job's lines
+  less one is its requeue count; ``sacct -D`` has one row per run. :attr:`JobResult.restarts` is the largest of
+  what the live record showed while it was followed and what the final source says: never a missing field read
+  as 0 (a loaded CI run read ``restarts=0`` from a jobcomp line of a job requeued once).
+* ``ExcNodeList``, ``Reason``, ``BeginTime``: the live record only. :meth:`LocalSlurm.wait` asserts on them only
+  while the record is live; a test that reads them from ``JobResult.record`` checks ``source == "scontrol"``.
 """
 
 from __future__ import annotations
@@ -76,6 +86,7 @@ class JobResult:
     state: str
     exit_code: int | None
     stdout_text: str
+    #: requeues of the job, from the sources that carry them (module docstring), never a missing field read as 0
     restarts: int = 0
     #: the last raw record (``scontrol show job`` / jobcomp / sacct fields)
     record: dict[str, str] = field(default_factory=dict)
@@ -148,28 +159,29 @@ class LocalSlurm:
             # gone. The completion log must not answer for it then: a requeued job's earlier attempt has a line
             # there too, and that line would end the wait on a state the job has left.
             return {}, ""
-        # Record purged (MinJobAge) or controller restarted: fall back to the completion log.
-        rec = self._jobcomp_record(job_id)
-        if rec:
-            return rec, "jobcomp"
+        # Record purged (MinJobAge) or controller restarted: fall back to the completion log. Its lines carry no
+        # Restarts field; one line per run that ended does (module docstring), so the count is put in the record.
+        runs = self._jobcomp_records(job_id)
+        if runs:
+            return {**runs[-1], "Restarts": str(len(runs) - 1)}, "jobcomp"
         if self.accounting:
-            p = _sh(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "JobID,State,ExitCode"])
-            line = next((ln for ln in p.stdout.splitlines() if ln.split("|")[0] == job_id), "")
-            if p.returncode == 0 and line:
-                _, st, ec = line.split("|")
-                return {"JobState": st.split()[0], "ExitCode": ec}, "sacct"
+            # -D: one row per run of the job (a requeued run's row says REQUEUED), so the rows give Restarts too.
+            p = _sh(["sacct", "-n", "-X", "-D", "-P", "-j", job_id, "-o", "JobID,State,ExitCode"])
+            rows = [ln.split("|") for ln in p.stdout.splitlines() if ln.split("|")[0] == job_id]
+            if p.returncode == 0 and rows:
+                _, st, ec = rows[-1]
+                return {"JobState": st.split()[0], "ExitCode": ec, "Restarts": str(len(rows) - 1)}, "sacct"
         return {}, ""
 
-    def _jobcomp_record(self, job_id: str) -> dict[str, str]:
+    def _jobcomp_records(self, job_id: str) -> list[dict[str, str]]:
+        """The job's jobcomp lines, oldest first: one per run that ended (slurm-up empties the file when it clears
+        the controller's state, so a job id is never another cluster's)."""
         path = self.state_dir / "log" / "jobcomp.txt"
         try:
             lines = path.read_text().splitlines()
         except OSError:
-            return {}
-        for line in reversed(lines):
-            if line.startswith(f"JobId={job_id} "):
-                return dict(_KV.findall(line))
-        return {}
+            return []
+        return [dict(_KV.findall(line)) for line in lines if line.startswith(f"JobId={job_id} ")]
 
     def wait(
         self,
@@ -191,9 +203,11 @@ class LocalSlurm:
         hold_seen: dict[str, float] = {}
         rec: dict[str, str] = {}
         src = ""
+        most_restarts = 0  # the largest Restarts seen: a source read later must not lower it (module docstring)
         while True:
             rec, src = self.job_record(job_id)
             state = rec.get("JobState", "")
+            most_restarts = max(most_restarts, int(rec.get("Restarts", "0") or 0))
             if state in TERMINAL_STATES:
                 break
             restarts = rec.get("Restarts", "0")
@@ -228,7 +242,7 @@ class LocalSlurm:
             state=state,
             exit_code=_exit_code(rec.get("ExitCode", "")),
             stdout_text=text,
-            restarts=int(rec.get("Restarts", "0") or 0),
+            restarts=most_restarts,
             record=rec,
             source=src,
             output_path=output_path,

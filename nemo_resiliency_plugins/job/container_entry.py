@@ -76,6 +76,22 @@ def is_launcher(argv: list[str]) -> bool:
     return os.path.basename(argv[1]) in LAUNCHER_NAMES
 
 
+def program(argv: list[str]) -> str:
+    """The program a command line runs, by name and never by path (a node's container paths are long, and a line cut
+    at a fixed length hid the name): ``ft_launcher`` for ``/venv/bin/python /venv/bin/ft_launcher ...``,
+    ``python3 -m torch.distributed.run`` for a module, the file name of any other program."""
+    if not argv:
+        return "?"
+    name = os.path.basename(argv[0])
+    if not name.startswith("python") or len(argv) < 2:
+        return name
+    if argv[1] == "-m":
+        return f"{name} -m {argv[2]}" if len(argv) > 2 else name
+    if argv[1].startswith("-"):
+        return name  # python -c ..., python -u script: the interpreter is what can be named without guessing
+    return os.path.basename(argv[1])
+
+
 def targets(root: int) -> list[int]:
     """The processes under ``root`` to pass a stop signal to: the top-most launchers, else every process that
     is not a shell or ``tee``."""
@@ -113,7 +129,7 @@ def forward(signum: int, _frame: object = None) -> None:
             os.kill(pid, signum)
         except ProcessLookupError:
             continue
-        _say(f"got {name}, sent it to pid {pid} ({' '.join(_argv(pid))[:120]})")
+        _say(f"got {name}, sent it to pid {pid} ({program(_argv(pid))})")
 
 
 def run(command: list[str]) -> int:

@@ -287,13 +287,20 @@ def jobs(local_slurm, tmp_path_factory):
             injectors[-1].start()
         return job, save
 
-    # Submitted two at a time: each submission is a fresh interpreter importing NeMo-Run (seconds of CPU).
-    with ThreadPoolExecutor(2) as pool:
-        futures = {name: pool.submit(submit_one, name, spec) for name, spec in specs.items()}
-        submitted = {name: future.result() for name, future in futures.items()}
-    with ThreadPoolExecutor(len(submitted)) as pool:  # each wait lifts its own job's requeue hold
-        waits = {name: pool.submit(local_slurm.wait, job.job_id, timeout=600) for name, (job, _) in submitted.items()}
-        results = {name: (*submitted[name], waits[name].result()) for name in submitted}
+    # Submitted two at a time (each submission is a fresh interpreter importing NeMo-Run: seconds of CPU), and each
+    # job followed from its own submission on, not after the last one: a job that ended while others were still being
+    # submitted was followed only once its live record was gone (a loaded run: the requeue job's final state came from
+    # the jobcomp line), and a requeued job's BeginTime hold is lifted only while its wait runs (else 120 s idle).
+    submitting = threading.Semaphore(2)
+
+    def submit_and_wait(name: str, spec: dict):
+        with submitting:
+            job, save = submit_one(name, spec)
+        return job, save, local_slurm.wait(job.job_id, timeout=600)
+
+    with ThreadPoolExecutor(len(specs)) as pool:
+        futures = {name: pool.submit(submit_and_wait, name, spec) for name, spec in specs.items()}
+        results = {name: future.result() for name, future in futures.items()}
     for injector in injectors:
         injector.join(timeout=5)
     for pid in frozen.get("pids", []) + spare_frozen.get("pids", []):  # ended with the step; never left stopped
@@ -305,7 +312,7 @@ def jobs(local_slurm, tmp_path_factory):
     results["spare-killed"], results["spare-frozen"] = spare_killed, spare_frozen
     results["exhausted-first"], results["exhausted-second"] = exhausted_first, exhausted_second
     print(
-        f"\nFT Slurm jobs: {time.monotonic() - t0:.0f} s for all {len(submitted)}; node killed: {killed}; "
+        f"\nFT Slurm jobs: {time.monotonic() - t0:.0f} s for all {len(results)}; node killed: {killed}; "
         f"node frozen: {frozen}"
     )
     return results
@@ -526,16 +533,18 @@ def test_two_node_job_leaves_a_lost_node_and_a_hung_node_behind(jobs):
     last = attempts[max(attempts)]
     assert "RESUMED from step 10 (iter_0000010.pt)" in last, last[-8000:]
     assert finished_hash(last) == baseline
+    # ExcNodeList is in the live record only (scontrol; the jobcomp line has no such field): the job was followed from
+    # its submission on and its record lives MinJobAge = 600 s after its end, so the final record is the live one.
     rec = res.record
-    if "ExcNodeList" in rec:  # the live record (scontrol, kept MinJobAge s); the jobcomp line has no such field
-        excluded = subprocess.run(
-            ["scontrol", "show", "hostnames", rec["ExcNodeList"]], capture_output=True, text=True
-        ).stdout.split()
-        assert {lost, hung} <= set(excluded), rec
-        ran_on = subprocess.run(
-            ["scontrol", "show", "hostnames", rec.get("NodeList", "")], capture_output=True, text=True
-        ).stdout.split()
-        assert not set(ran_on) & set(excluded), rec
+    assert res.source == "scontrol" and "ExcNodeList" in rec, (res.source, rec)
+    excluded = subprocess.run(
+        ["scontrol", "show", "hostnames", rec["ExcNodeList"]], capture_output=True, text=True
+    ).stdout.split()
+    assert {lost, hung} <= set(excluded), rec
+    ran_on = subprocess.run(
+        ["scontrol", "show", "hostnames", rec.get("NodeList", "")], capture_output=True, text=True
+    ).stdout.split()
+    assert not set(ran_on) & set(excluded), rec
 
 
 # ----------------------------------------------------------------- issue 32: multi-node ends as the proofs promise
@@ -561,7 +570,9 @@ def test_two_node_crash_loop_ends_failed_with_the_no_restart_reason_not_requeued
     # No exclusion line of the guard's own (the batch log also holds bash's trace of the guard's source).
     assert not re.search(r"^nemo-resiliency-plugins: .*the requeued job excludes", logs, re.M), logs[-6000:]
     assert "] FINISHED step=" not in logs
-    assert res.record.get("ExcNodeList") in (None, "(null)", ""), res.record
+    # ExcNodeList: the live record's field (module fixture: each job followed from its submission on, the record kept
+    # 600 s), so its absence here means no exclusion, not a source without the field.
+    assert res.source == "scontrol" and res.record.get("ExcNodeList") in (None, "(null)", ""), (res.source, res.record)
 
 
 def test_a_step_that_fails_without_a_node_line_is_requeued_without_excluding_a_node(jobs):

@@ -4,6 +4,7 @@ multi-task steps, a warning signal before the time limit, and requeue with SLURM
 from __future__ import annotations
 
 import re
+import subprocess
 import sys
 import time
 
@@ -125,3 +126,18 @@ def test_failed_job_requeues_itself_once(local_slurm):
     assert "run restart=1" in out and "second run sees SLURM_RESTART_COUNT=1" in out, out
     assert out.count("run restart=") == 2, out
     print(f"requeue job {res.job_id}: {time.monotonic() - t0:.1f} s")
+    # The sources a test may read Slurm state from once the live record is gone carry the requeue count too
+    # (tests/slurm_fixture.py): the completion log holds one line per run that ended, sacct -D one row per run.
+    runs = local_slurm._jobcomp_records(res.job_id)
+    assert [r["JobState"] for r in runs] == ["PENDING", "COMPLETED"], runs
+    assert local_slurm.accounting  # .ci/slurm-up brings up slurmdbd
+    deadline = time.monotonic() + 90  # slurmdbd hears of the job's end after the controller (SACCT_SETTLE_S)
+    while True:
+        p = subprocess.run(
+            ["sacct", "-n", "-X", "-D", "-P", "-j", res.job_id, "-o", "State"], capture_output=True, text=True
+        )
+        states = [s.split()[0] for s in p.stdout.split()]
+        if states[-1:] == ["COMPLETED"] or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert states == ["REQUEUED", "COMPLETED"], p.stdout
