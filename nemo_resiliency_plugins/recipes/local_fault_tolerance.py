@@ -52,7 +52,7 @@ def train(save_dir: Path, name: str, fault: str | None, steps: int, fault_step: 
     print(f"\n=== {name}: job {result.state} in {result.wall_s:.1f} s ===")
     for line in result.lines:
         if any(key in line for key in SHOW):
-            print("  " + line.strip()[:220])
+            print("  " + line.strip())
     return result
 
 
