@@ -254,6 +254,7 @@ def _shorten_limit_once_training(local_slurm, job, timeout: float = 300) -> None
         assert rec.get("JobState") not in TERMINAL_STATES, (rec, job.logs()[-6000:])
         assert time.monotonic() < deadline, job.logs()[-6000:]
         time.sleep(0.5)
+    # RunTime is a field of the live record only (scontrol): the job is training, so that is the record read here.
     runtime = _seconds(_record(local_slurm, job)["RunTime"])
     _scontrol_update(job, f"TimeLimit={-(-(runtime + 90) // 60)}")  # whole minutes: 90-150 s from now
 
