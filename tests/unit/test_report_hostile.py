@@ -118,8 +118,7 @@ def test_a_small_flight_dump_cannot_ask_for_terabytes(tmp_path):
 
 
 def test_the_timeline_title_is_literal_text(tmp_path):
-    root = tmp_path / r"run $\notacommand{x}$ 3"
-    job = slurm_job(root)
+    job = slurm_job(tmp_path).rename(tmp_path / r"job $\frac$ 3")  # the title names the job's own folder
     png = tmp_path / "t.png"
     done = report_cli(str(job), "--timeline", str(png))  # main: matplotlib's mathtext raised ValueError, exit 2
     assert done.returncode == 0, done.stderr[-2000:]
