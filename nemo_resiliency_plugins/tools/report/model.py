@@ -73,12 +73,12 @@ class CycleRow:
     # The cycle's first and last training_log lines' times (whole seconds: Megatron Bridge's format)
     first_iteration_at: str | None = None
     last_iteration_at: str | None = None
-    # FaultTolerancePlugin(diagnostics=True): where each rank the monitor stopped was (tools/report_stacks.py), and
+    # FaultTolerancePlugin(diagnostics=True): where each rank the monitor stopped was (tools/report/stacks.py), and
     # the ranks that were not in a collective: in a hang inside a collective, the ones the others waited for.
     stacks: list[str] = dataclasses.field(default_factory=list)
     outside_collective: list[str] = dataclasses.field(default_factory=list)
     outside_ranks: list[int] = dataclasses.field(default_factory=list)  # their global ranks, where the log has them
-    # Slurm only (tools/report_nodes.py): the node the fault was on, and how the node itself failed where it did
+    # Slurm only (tools/report/nodes.py): the node the fault was on, and how the node itself failed where it did
     # ("lost (srun: ...)", "went silent (...)"); None for a rank's own fault, which ``node`` then places
     node: str | None = None
     node_fault: str | None = None
@@ -119,7 +119,7 @@ class JobReport:
     job_dir: str
     attempts: list[AttemptReport]
     guard: list[str]  # the Slurm requeue guard's lines, in order
-    # FaultTolerancePlugin(diagnostics=True): the flight recorder's dumps (tools/report_flight.py): each rank's newest
+    # FaultTolerancePlugin(diagnostics=True): the flight recorder's dumps (tools/report/flight.py): each rank's newest
     # collective per process group, then "never entered: rank R ..." for the ranks the others waited for
     flight: list[str] = dataclasses.field(default_factory=list)
     flight_behind: list[str] = dataclasses.field(default_factory=list)

@@ -18,7 +18,7 @@ def print_reports(console: Any, reports: list[JobReport]) -> None:
     for job in reports:
         table = Table(title=f"nemo-resiliency report: {job.job_dir}")
         columns = ["attempt", "cycle", "resumed from", "checkpoints", "ended by", "on rank", "restart [s]"]
-        on_nodes = any(row.node for row in job.rows)  # a Slurm job's (tools/report_nodes.py)
+        on_nodes = any(row.node for row in job.rows)  # a Slurm job's (tools/report/nodes.py)
         if on_nodes:
             columns.insert(6, "node")
         for column in columns:
