@@ -11,6 +11,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from nemo_resiliency_plugins._version import __version__ as __version__
+
 if TYPE_CHECKING:
     from nemo_resiliency_plugins.async_checkpoint import AsyncCheckpointPlugin, AsyncCheckpointPluginScriptArgs
     from nemo_resiliency_plugins.errors import ResiliencyConfigError
@@ -60,7 +62,6 @@ __all__ = [
     "StragglerDetectionPlugin",
     "StragglerDetectionPluginScriptArgs",
 ]
-__version__ = "0.1.0"
 
 
 def __getattr__(name: str) -> Any:

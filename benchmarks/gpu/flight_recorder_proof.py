@@ -29,7 +29,7 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 sys.path.insert(0, _ROOT)
 
 from nemo_resiliency_plugins.core.diagnostics import diagnostics_env  # noqa: E402
-from nemo_resiliency_plugins.tools.report_flight import flight_report  # noqa: E402
+from nemo_resiliency_plugins.tools.report.flight import flight_report  # noqa: E402
 
 _HANG = r"""
 import datetime, os, sys, torch, torch.distributed as dist

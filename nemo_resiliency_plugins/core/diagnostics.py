@@ -4,12 +4,12 @@ Two records, both written only when something went wrong, both read by ``nemo-re
 
 * **Python's stack dump.** ``PYTHONFAULTHANDLER=1``: when NVRx's rank monitor stops a hung rank with SIGABRT,
   Python's faulthandler prints every thread's stack to the rank's stderr (its log) before the process dies
-  (``tools/report_stacks.py`` reads it).
+  (``tools/report/stacks.py`` reads it).
 * **PyTorch's collective flight recorder.** Each rank keeps a ring buffer of its last collectives (sequence number,
   operation, sizes, state, the Python frames that issued it). With NCCL, when a collective outlives the process
   group's timeout, the watchdog writes every rank's buffer to ``<prefix><global rank>`` (the other ranks are told
   through the store to dump theirs too), so the report can say which rank never entered the collective the others
-  waited in (``tools/report_flight.py``). Gloo records the same buffer but has no watchdog that writes it.
+  waited in (``tools/report/flight.py``). Gloo records the same buffer but has no watchdog that writes it.
 
 The flight recorder's dump only happens when the *process group's* timeout fires (Megatron Bridge's
 ``dist.distributed_timeout_minutes``, 10 minutes by default). A hang NVRx's section timeout stops first leaves the

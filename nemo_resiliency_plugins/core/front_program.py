@@ -254,7 +254,7 @@ def image_needs(task: Any) -> list[str]:
     each; empty when the job needs nothing of it). For the plugin's log, ``explain`` and ``doctor``."""
     if not isinstance(task, run.Script) or not task.m or str(task.path) not in rank_keeper.KEEPER_NAMES:
         return []
-    from nemo_resiliency_plugins import __version__
+    from nemo_resiliency_plugins._version import __version__
 
     return [
         f"each rank runs 'python -m {task.path}' (this executor has no route to ship the rank keeper as a file), so "

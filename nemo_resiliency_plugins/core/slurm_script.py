@@ -166,7 +166,7 @@ TEMPLATE_FILES = ("slurm.sh.j2", "ft_launcher_slurm.j2")
 
 
 def _nemo_run_version() -> str:
-    from nemo_resiliency_plugins.core.executors import nemo_run_version
+    from nemo_resiliency_plugins.core.versions import nemo_run_version
 
     return nemo_run_version()
 

@@ -390,14 +390,14 @@ def report(
     """What happened to a job that ran: per Slurm attempt and launcher cycle, what ended it and what it cost, and
     each fault next to what plan's model says it costs."""
     from nemo_resiliency_plugins.tools.report import print_reports, report_experiment
-    from nemo_resiliency_plugins.tools.report_plan import compare, print_vs_plan, saved_plugins
+    from nemo_resiliency_plugins.tools.report.plan import compare, print_vs_plan, saved_plugins
 
     _png_option("--timeline", timeline)
     _positive("--restart-time", restart_time)
     reports = report_experiment(os.path.expanduser(experiment))
     png = None
     if timeline is not None:
-        from nemo_resiliency_plugins.tools.report_timeline import write_report_timeline
+        from nemo_resiliency_plugins.tools.report.timeline import write_report_timeline
 
         png = write_report_timeline(reports, timeline)
     with _quiet():  # loading the saved experiment: NeMo-Run's and the plugins' own log lines are not the report

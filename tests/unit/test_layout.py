@@ -113,29 +113,88 @@ def test_only_core_edits_a_task_or_an_executor():
     assert not edits, f"outside core/: {edits}"
 
 
-def test_no_import_cycle_between_modules():
+def _every_import(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """Every module of the package that ``name`` imports anywhere: top level, in a function, under
+    ``if TYPE_CHECKING:`` (a type-only circle is still two modules that each need the other), relative imports
+    resolved; ``from a import b`` is module ``a.b`` where that is a module, else ``a``."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([base] if base else []))
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                found.add(full if full in modules else base)
+    return {m for m in found if m in modules and m != name}
+
+
+def module_graph() -> dict[str, set[str]]:
+    """The package's import graph: module -> the package modules it imports (every import, see _every_import)."""
     modules = _modules()
-    graph = {
-        name: {m for m in _imports(path, top_level_only=True) if m in modules and m != name}
-        for name, path in modules.items()
-    }
-    # A package's __init__ importing its own submodules (to re-export them) is not a cycle of two modules.
-    for name in graph:
-        graph[name] = {m for m in graph[name] if not m.startswith(name + ".")}
-    state: dict[str, int] = {}
-    path: list[str] = []
+    return {name: _every_import(name, path, modules) for name, path in modules.items()}
 
-    def visit(node: str) -> None:
-        state[node] = 1
-        path.append(node)
-        for nxt in graph[node]:
-            if state.get(nxt) == 1:
-                raise AssertionError("import cycle: " + " -> ".join(path[path.index(nxt) :] + [nxt]))
-            if nxt not in state:
-                visit(nxt)
-        path.pop()
-        state[node] = 2
 
-    for node in sorted(graph):
-        if node not in state:
-            visit(node)
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The graph's strongly connected groups of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    circles.append(sorted(group))
+    return circles
+
+
+def test_the_graph_reader_sees_function_level_and_type_only_imports(tmp_path):
+    a, b, c = tmp_path / "a.py", tmp_path / "b.py", tmp_path / "c.py"
+    a.write_text("def f():\n    from pkg import b\n")
+    b.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.c import X\n")
+    c.write_text("from . import a\n")
+    modules = {"pkg.a": a, "pkg.b": b, "pkg.c": c}
+    graph = {name: _every_import(name, path, modules) for name, path in modules.items()}
+    assert graph == {"pkg.a": {"pkg.b"}, "pkg.b": {"pkg.c"}, "pkg.c": {"pkg.a"}}
+    assert import_circles(graph) == [["pkg.a", "pkg.b", "pkg.c"]]
+    assert import_circles({"x": {"y"}, "y": set()}) == []
+
+
+def test_no_import_circle_between_modules():
+    graph = module_graph()
+    assert len(graph) > 50 and sum(map(len, graph.values())) > 100  # the reader found the package
+    circles = import_circles(graph)
+    assert not circles, "import circles: " + "; ".join(" <-> ".join(group) for group in circles)

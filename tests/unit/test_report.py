@@ -58,9 +58,9 @@ import pytest
 
 from nemo_resiliency_plugins.tools.cli import main
 from nemo_resiliency_plugins.tools.report import parse_attempt, report_experiment
-from nemo_resiliency_plugins.tools.report_nodes import expand_nodelist
-from nemo_resiliency_plugins.tools.report_plan import compare, fault_class, saved_plugins
-from nemo_resiliency_plugins.tools.report_timeline import cycle_phases
+from nemo_resiliency_plugins.tools.report.nodes import expand_nodelist
+from nemo_resiliency_plugins.tools.report.plan import compare, fault_class, saved_plugins
+from nemo_resiliency_plugins.tools.report.timeline import cycle_phases
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "job-logs"
 

@@ -21,7 +21,7 @@ import pytest
 from nemo_resiliency_plugins import FaultTolerancePlugin
 from nemo_resiliency_plugins.core.diagnostics import FLIGHT_RECORDER_PREFIX
 from nemo_resiliency_plugins.tools.cli import main
-from nemo_resiliency_plugins.tools.report_flight import flight_report, load_dump
+from nemo_resiliency_plugins.tools.report.flight import flight_report, load_dump
 from tests.helpers import TRAIN, add_job, launch_command, local
 from tests.unit.test_report import unpack
 

@@ -14,7 +14,6 @@ the NeMo-Run version installed), and every other executor and plugin keeps worki
 
 from __future__ import annotations
 
-import importlib.metadata
 from typing import Any
 
 import nemo_run as run
@@ -27,6 +26,7 @@ from nemo_resiliency_plugins.core.executors.lepton import LeptonRules
 from nemo_resiliency_plugins.core.executors.local import LocalRules
 from nemo_resiliency_plugins.core.executors.skypilot import SkypilotJobsRules, SkypilotRules
 from nemo_resiliency_plugins.core.executors.slurm import SlurmRules
+from nemo_resiliency_plugins.core.versions import nemo_run_version
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
 
 #: NeMo-Run executor class (by its name on the ``nemo_run`` module) -> its rules. A subclass of a listed executor
@@ -41,13 +41,6 @@ RULES_BY_NAME: dict[str, type[ExecutorRules]] = {
     "SkypilotJobsExecutor": SkypilotJobsRules,
     "KubeflowExecutor": KubeflowRules,
 }
-
-
-def nemo_run_version() -> str:
-    try:
-        return importlib.metadata.version("nemo-run")
-    except importlib.metadata.PackageNotFoundError:  # a source checkout of NeMo-Run
-        return "(version unknown)"
 
 
 def executor_classes() -> dict[type, type[ExecutorRules]]:
@@ -67,6 +60,7 @@ def missing_executor_classes() -> list[str]:
     """Names of the map that this NeMo-Run does not have (renamed or removed): those executors are refused."""
     present = {cls.__name__ for cls in executor_classes()}
     return [name for name in RULES_BY_NAME if name not in present]
+
 
 #: Executors refused by class name, with the reason and the alternative.
 REFUSED: dict[str, str] = {

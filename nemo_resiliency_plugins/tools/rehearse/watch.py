@@ -15,22 +15,23 @@ import re
 import threading
 import time
 
+from nemo_resiliency_plugins.job import log_lines as ll
 from nemo_resiliency_plugins.tools.rehearse.adapt import POLL_S, RUN_CAP_S
 
-EVENT_PATTERNS = [
-    (re.compile(r"FAULT_INJECTED kind=(\w+)"), "fault injected"),
-    (re.compile(r"Section '(\w+)' has been open for ([0-9.]+) seconds"), "section timeout"),
-    (re.compile(r"Was out of section for ([0-9.]+) seconds"), "out-of-section timeout"),
-    (re.compile(r"Did not get (initial|subsequent) heartbeat"), "heartbeat timeout"),
-    (re.compile(r"Worker group (FAILED|UNHEALTHY)"), "worker group failed"),
-    (re.compile(r"will restart worker group"), "restart"),
-    (re.compile(r"INPROCESS iteration=([1-9]\d*)"), "in-process restart"),
-    (re.compile(r"EXIT on signal step=(\d+)"), "exit on signal"),
-    (re.compile(r"RESUMED from step (\d+)"), "resumed"),
-    (re.compile(r"STARTING from scratch"), "training started"),
-    (re.compile(r"CHECKPOINT saved step=(\d+)"), "checkpoint saved"),
-    (re.compile(r"\[rank\d+\]: (\w+(?:Error|Exception|Interrupt)\b.*)"), "rank error"),
-    (re.compile(r"FINISHED step=(\d+)"), "finished"),
+EVENT_PATTERNS = [  # the patterns are job/log_lines.py's: one owner for every line the package reads
+    (ll.WORKLOAD_INJECTED, "fault injected"),
+    (ll.NVRX_SECTION, "section timeout"),
+    (ll.NVRX_OUT_OF_SECTION, "out-of-section timeout"),
+    (ll.NVRX_HEARTBEAT, "heartbeat timeout"),
+    (ll.NVRX_WORKER_GROUP, "worker group failed"),
+    (ll.NVRX_WILL_RESTART, "restart"),
+    (ll.WORKLOAD_INPROCESS, "in-process restart"),
+    (ll.WORKLOAD_EXIT_ON_SIGNAL, "exit on signal"),
+    (ll.WORKLOAD_RESUMED, "resumed"),
+    (ll.WORKLOAD_STARTING, "training started"),
+    (ll.WORKLOAD_SAVED, "checkpoint saved"),
+    (ll.RANK_ERROR, "rank error"),
+    (ll.WORKLOAD_FINISHED, "finished"),
 ]
 DETECTIONS = ("section timeout", "out-of-section timeout", "heartbeat timeout", "worker group failed",
                "in-process restart", "exit on signal")  # fmt: skip

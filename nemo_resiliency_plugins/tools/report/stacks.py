@@ -20,14 +20,12 @@ from __future__ import annotations
 import dataclasses
 import re
 
-#: One rank's line (fullmatch): torch elastic's prefix, srun's task label before it on Slurm.
-_PREFIXED = re.compile(r"(?P<who>(?:\d+: )?\[default(?P<local>\d+)\]:(?:\[rank(?P<rank>\d+)\]:)?)(?P<rest>.*)")
-#: A line that can belong to a faulthandler dump (searched): what report.py hands to :func:`rank_stacks`.
-_DUMP_LINE = re.compile(
-    r'\[default\d+\]:(?:\[rank\d+\]:)? ?(Fatal Python error: |(Current thread|Thread) 0x|\s+File "|Extension modules: )'
-)
-_THREAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):")
-_FRAME = re.compile(r'^\s+File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
+from nemo_resiliency_plugins.job import log_lines as ll
+
+_PREFIXED = ll.TORCH_RANK_LINE
+_DUMP_LINE = ll.FAULTHANDLER_LINE
+_THREAD = ll.FAULTHANDLER_THREAD
+_FRAME = ll.FAULTHANDLER_FRAME
 _STDLIB = re.compile(r"/lib/python3\.\d+/(?!site-packages/|dist-packages/)")
 #: The module whose functions are torch.distributed's collectives (all_reduce, broadcast, barrier ...).
 COLLECTIVES_FILE = "torch/distributed/distributed_c10d.py"
@@ -98,7 +96,7 @@ def rank_stacks(lines: list[str]) -> list[RankStack]:
     in_dump: set[str] = set()
     for line in lines:
         m = _PREFIXED.fullmatch(line)
-        if m is None:
+        if m is None or len(m.group("local")) > 9 or len(m.group("rank") or "") > 9:  # longer: not a rank
             continue
         who, rest = m.group("who"), m.group("rest").removeprefix(" ")
         if rest.startswith(FATAL):
@@ -114,7 +112,7 @@ def rank_stacks(lines: list[str]) -> list[RankStack]:
             continue
         if thread := _THREAD.match(rest):
             dumps[who].append((thread.group(1), []))
-        elif (frame := _FRAME.match(rest)) and dumps[who]:
+        elif (frame := _FRAME.match(rest)) and dumps[who] and len(frame.group("line")) <= 9:
             dumps[who][-1][1].append(Frame(frame.group("path"), int(frame.group("line")), frame.group("func")))
         elif rest.startswith("Extension modules:"):
             in_dump.discard(who)

@@ -17,8 +17,11 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import os
 import pickle
+import pickletools
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +36,38 @@ class _PlainUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"a flight-recorder dump holds no classes ({module}.{name})")
 
 
+#: The largest dump read (bytes): torch's buffer holds TORCH_NCCL_TRACE_BUFFER_SIZE entries of a few KB each.
+MAX_DUMP_BYTES = 64 * 1024 * 1024
+#: The pickle opcodes a dump of plain data is made of; any other (a class, a call, a persistent id) is refused
+#: before unpickling.
+_PLAIN_OPS = frozenset(
+    "PROTO FRAME STOP MARK POP POP_MARK DUP NONE NEWTRUE NEWFALSE INT BININT BININT1 BININT2 LONG LONG1 LONG4 "
+    "FLOAT BINFLOAT STRING BINSTRING SHORT_BINSTRING UNICODE SHORT_BINUNICODE BINUNICODE BINUNICODE8 BINBYTES "
+    "SHORT_BINBYTES BINBYTES8 BYTEARRAY8 EMPTY_LIST APPEND APPENDS LIST EMPTY_TUPLE TUPLE TUPLE1 TUPLE2 TUPLE3 "
+    "EMPTY_DICT DICT SETITEM SETITEMS EMPTY_SET ADDITEMS FROZENSET GET BINGET LONG_BINGET PUT BINPUT LONG_BINPUT "
+    "MEMOIZE".split()
+)
+
+
+def _check_opcodes(data: bytes) -> None:
+    """Walk the pickle's opcodes without building anything (pickletools reads each argument from the bytes there
+    are, so a length field claiming terabytes allocates nothing): ValueError on an opcode outside plain data."""
+    try:
+        for opcode, _arg, _pos in pickletools.genops(io.BytesIO(data)):
+            if opcode.name not in _PLAIN_OPS:
+                raise ValueError(f"a dump holds no classes or calls (opcode {opcode.name})")
+    except ValueError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a truncated or garbled pickle: not a dump
+        raise ValueError(f"{type(exc).__name__}: {exc}") from None
+
+
 def load_dump(data: bytes) -> dict[str, Any]:
     """One rank's dump as a dict; ValueError when it is not one."""
+    try:
+        _check_opcodes(data)
+    except ValueError as exc:
+        raise ValueError(f"not a flight-recorder dump ({exc})") from None
     try:
         dump = _PlainUnpickler(io.BytesIO(data)).load()
     except Exception as exc:  # noqa: BLE001 - any failure means "not a dump we can read", said by the caller
@@ -101,7 +134,7 @@ def newest_collectives(dump: dict[str, Any]) -> list[Collective]:
         if not isinstance(entry, dict) or entry.get("is_p2p"):
             continue
         seq = entry.get("collective_seq_id")
-        if not isinstance(seq, int):
+        if not isinstance(seq, int) or isinstance(seq, bool) or not 0 <= seq < 2**63:  # torch's is a uint64
             continue
         group = _group(entry)
         if group in newest and newest[group].seq >= seq:
@@ -116,12 +149,24 @@ def newest_collectives(dump: dict[str, Any]) -> list[Collective]:
     return list(newest.values())
 
 
+def _read_dump(path: Path) -> bytes:
+    """A dump's bytes: a regular file only (a FIFO would block), at most :data:`MAX_DUMP_BYTES`."""
+    info = os.stat(path)
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError("not a regular file, skipped")
+    if info.st_size > MAX_DUMP_BYTES:
+        raise ValueError(f"{info.st_size} bytes, more than a dump holds ({MAX_DUMP_BYTES}), skipped")
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as handle:
+        return handle.read(MAX_DUMP_BYTES + 1)[:MAX_DUMP_BYTES]
+
+
 def flight_report(job_dir: str | Path) -> FlightReport | None:
     """The report of the dumps in ``job_dir``; None when the job left none (no timeout, or diagnostics off)."""
     files = sorted(
         (int(m.group(1)), p)
         for p in Path(job_dir).glob(FLIGHT_RECORDER_PREFIX + "*")
-        if (m := _RANK_FILE.fullmatch(p.name))
+        if (m := _RANK_FILE.fullmatch(p.name)) and len(m.group(1)) <= 9
     )
     if not files:
         return None
@@ -129,7 +174,7 @@ def flight_report(job_dir: str | Path) -> FlightReport | None:
     unreadable: list[str] = []
     for rank, path in files:
         try:
-            newest[rank] = newest_collectives(load_dump(path.read_bytes()))
+            newest[rank] = newest_collectives(load_dump(_read_dump(path)))
         except (OSError, ValueError) as exc:
             unreadable.append(f"{path.name}: {exc}")
     behind: list[str] = []

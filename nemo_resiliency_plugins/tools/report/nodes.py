@@ -23,20 +23,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from nemo_resiliency_plugins.tools.report import AttemptReport
+from nemo_resiliency_plugins.job import log_lines as ll
 
-_HOSTNAMES = re.compile(r"\+\+ scontrol show hostnames ('?)([^' ]+)\1")  # fullmatch; bash quotes it if needed
-_SRUN_ERROR = re.compile(r"srun: error: ([A-Za-z0-9._-]+): tasks? ([0-9,-]+): (.+)")  # fullmatch
-_GUARD = re.compile(r"nemo-resiliency-plugins: (.+)")  # fullmatch (bash's trace of the echo starts with "+ ")
-_SILENT = re.compile(r"node ([A-Za-z0-9._-]+) went silent(?:: (.*?))?(?:: the requeued job .*)?")  # fullmatch
-_STOPPING = re.compile(r".*stopping step \S+.*")  # fullmatch: the guard ended the step itself
-_FROZEN_STOP = re.compile(r".*\(a task on a frozen node\): stopping step .*")  # fullmatch: core/sbatch/spare_nodes.sh
-_ASSIGNED = re.compile(r"infra:(\d+)\(\d+\)\].*\bAssigned active rank (\d+) \(round=(\d+)\)")
-_NPROC = re.compile(r"\s*nproc_per_node\s*:\s*(\d+)\s*")  # fullmatch: the launch config torch's agent prints
+if TYPE_CHECKING:
+    from nemo_resiliency_plugins.tools.report.model import AttemptReport
+
+#: The most node names one node list may expand to: more than any Slurm job holds (Slurm's own limit on a
+#: cluster's nodes is 65533). A longer list in a log is one skipped line, not a list built until memory runs out.
+MAX_NODES = 65536
 
 
 @dataclass(kw_only=True)
@@ -53,7 +49,8 @@ class SlurmAttempt:
 
 def expand_nodelist(nodelist: str) -> list[str]:
     """Slurm's compressed node list (``nrp-node[1-2,4],gpu07``) as names, in Slurm's order; [] when it has a form
-    this does not read (several bracket groups in one name)."""
+    this does not read (several bracket groups in one name). ValueError when it names more than
+    :data:`MAX_NODES` nodes or a number longer than any node name's."""
     names: list[str] = []
     for part in re.findall(r"[^,\[]+(?:\[[^\]]*\])?[^,\[]*", nodelist):
         m = re.fullmatch(r"([^\[\]]*)\[([0-9,-]+)\]([^\[\]]*)", part)
@@ -66,26 +63,37 @@ def expand_nodelist(nodelist: str) -> list[str]:
         for item in ranges.split(","):
             lo, _, hi = item.partition("-")
             width = len(lo)
+            if not lo or len(lo) > 18 or len(hi) > 18:
+                raise ValueError(f"node range {item!r} is not one Slurm writes")
+            if int(hi or lo) - int(lo) + 1 + len(names) > MAX_NODES:
+                raise ValueError(f"node list {nodelist[:80]!r} names more than {MAX_NODES} nodes")
             for number in range(int(lo), int(hi or lo) + 1):
                 names.append(f"{prefix}{number:0{width}d}{suffix}")
     return names
 
 
-def slurm_attempts(batch_text: str) -> list[SlurmAttempt]:
-    """The attempts of a NeMo-Run Slurm batch log, in order (empty when the log has no attempt start line)."""
+def slurm_attempts(batch_text: str, skipped: list[str] | None = None) -> list[SlurmAttempt]:
+    """The attempts of a NeMo-Run Slurm batch log, in order (empty when the log has no attempt start line). A node
+    list this cannot expand starts an attempt with no node names, said once in ``skipped``."""
     attempts: list[SlurmAttempt] = []
     for line in batch_text.splitlines():
-        if m := _HOSTNAMES.fullmatch(line):
-            attempts.append(SlurmAttempt(nodes=expand_nodelist(m.group(2))))
+        if m := ll.SBATCH_HOSTNAMES.fullmatch(line):
+            try:
+                nodes = expand_nodelist(m.group(2))
+            except ValueError as exc:
+                nodes = []
+                if skipped is not None:
+                    skipped.append(f"batch log: skipped a node list ({exc})")
+            attempts.append(SlurmAttempt(nodes=nodes))
         elif not attempts:
             continue
-        elif m := _SRUN_ERROR.fullmatch(line):
+        elif m := ll.SRUN_ERROR.fullmatch(line):
             attempts[-1].srun_errors.append((m.group(1), m.group(2), m.group(3)))
             if m.group(3).strip() == "Killed":
-                stops = [g for g in attempts[-1].guard if _STOPPING.fullmatch(g)]
-                why = "lost" if not stops else "frozen" if _FROZEN_STOP.fullmatch(stops[0]) else "stopped"
+                stops = [g for g in attempts[-1].guard if ll.GUARD_STOPPING.fullmatch(g)]
+                why = "lost" if not stops else "frozen" if ll.GUARD_FROZEN_STOP.fullmatch(stops[0]) else "stopped"
                 attempts[-1].killed.append((m.group(1), m.group(2), m.group(3), why))
-        elif m := _GUARD.fullmatch(line):
+        elif m := ll.GUARD.fullmatch(line):
             attempts[-1].guard.append(m.group(1))
     return attempts
 
@@ -97,9 +105,9 @@ def launcher_tasks(log_text: str) -> tuple[dict[int, dict[int, int]], int | None
     tasks: dict[int, dict[int, int]] = {}
     nproc = None
     for line in log_text.splitlines():
-        if m := _ASSIGNED.search(line):
+        if (m := ll.NVRX_ASSIGNED.search(line)) and max(map(len, m.groups())) <= 9:  # longer: not a count
             tasks.setdefault(int(m.group(3)), {})[int(m.group(2))] = int(m.group(1))
-        elif m := _NPROC.fullmatch(line):
+        elif (m := ll.TORCH_NPROC.fullmatch(line)) and len(m.group(1)) <= 9:
             nproc = int(m.group(1))
     return tasks, nproc
 
@@ -134,7 +142,7 @@ def place(report: AttemptReport, log_text: str, slurm: SlurmAttempt) -> None:
     if not ended:
         return
     for line in slurm.guard:
-        if m := _SILENT.fullmatch(line):
+        if m := ll.GUARD_SILENT.fullmatch(line):
             row = ended[-1]
             row.node, row.node_fault = m.group(1), "went silent" + (f" ({m.group(2)})" if m.group(2) else "")
             return
@@ -142,7 +150,9 @@ def place(report: AttemptReport, log_text: str, slurm: SlurmAttempt) -> None:
     for node, task, what, why in slurm.killed:
         if why == "stopped":
             continue  # the guard's watchdog stopped the step: the tasks srun reports killed are its doing
-        held = [row for row in ended if task.isdigit() and int(task) in tasks.get(row.cycle, {}).values()]
+        held = [
+            row for row in ended if task.isdigit() and len(task) <= 9 and int(task) in tasks.get(row.cycle, {}).values()
+        ]
         candidates = held if tasks else [ended[-1]]
         row = next((r for r in reversed(candidates) if r.cycle not in placed), None)
         if row is None:
@@ -155,15 +165,14 @@ def place(report: AttemptReport, log_text: str, slurm: SlurmAttempt) -> None:
         row.node, row.node_fault = node, fault
 
 
-def place_all(attempts: list[AttemptReport], job_dir: Path) -> None:
-    """Name the nodes of a Slurm job's faults (nothing for a job with no NeMo-Run batch log: one host)."""
-    batches = sorted(job_dir.glob("sbatch_*.out"))
-    if not batches:
-        return
-    slurm = slurm_attempts("\n".join(p.read_text(errors="replace") for p in batches))
+def place_all(
+    attempts: list[AttemptReport], batch_text: str, logs: dict[str, str], skipped: list[str] | None = None
+) -> None:
+    """Name the nodes of a Slurm job's faults, from its batch logs' text and each attempt's log text (by path)."""
+    slurm = slurm_attempts(batch_text, skipped)
     for report in attempts:
-        if report.attempt < len(slurm) and report.log:
-            place(report, Path(report.log).read_text(errors="replace"), slurm[report.attempt])
+        if report.attempt < len(slurm) and report.log in logs:
+            place(report, logs[report.log], slurm[report.attempt])
 
 
 __all__ = ["SlurmAttempt", "expand_nodelist", "launcher_tasks", "place", "place_all", "slurm_attempts"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from nemo_resiliency_plugins.tools.report import JobReport
+    from nemo_resiliency_plugins.tools.report.model import JobReport
 
 __all__ = ["print_reports"]
 
@@ -18,7 +18,7 @@ def print_reports(console: Any, reports: list[JobReport]) -> None:
     for job in reports:
         table = Table(title=f"nemo-resiliency report: {job.job_dir}")
         columns = ["attempt", "cycle", "resumed from", "checkpoints", "ended by", "on rank", "restart [s]"]
-        on_nodes = any(row.node for row in job.rows)  # a Slurm job's (tools/report_nodes.py)
+        on_nodes = any(row.node for row in job.rows)  # a Slurm job's (tools/report/nodes.py)
         if on_nodes:
             columns.insert(6, "node")
         for column in columns:
@@ -84,3 +84,5 @@ def print_reports(console: Any, reports: list[JobReport]) -> None:
             console.print(f"requeue guard: {line}", markup=False, highlight=False)
         for line in job.flight:
             console.print(f"flight recorder: {line}", markup=False, highlight=False)
+        for line in job.skipped + [line for attempt in job.attempts for line in attempt.skipped]:
+            console.print(f"skipped: {line}", markup=False, highlight=False)

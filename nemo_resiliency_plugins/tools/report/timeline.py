@@ -11,7 +11,7 @@ import os
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from nemo_resiliency_plugins.tools.report import AttemptReport, CycleRow, JobReport
+    from nemo_resiliency_plugins.tools.report.model import AttemptReport, CycleRow, JobReport
 
 #: phase -> colour, in the order a cycle goes through them
 PHASES = {
@@ -82,14 +82,17 @@ def write_report_timeline(reports: list[JobReport], path: str | os.PathLike) -> 
                     ended = f"{'; '.join(row.injected)} -> {ended or 'not detected'}"
                 phases = cycle_phases(attempt, index)
                 x = (phases[-1][2] - origin).total_seconds() if phases else 0.0
-                ax.text(x + 0.5, y, ended, va="center", fontsize=7)
+                ax.text(x + 0.5, y, ended, va="center", fontsize=7, parse_math=False)
         ax.set_yticks(range(len(labels)), labels)
+        for tick in ax.get_yticklabels():
+            tick.set_parse_math(False)
         ax.invert_yaxis()
         ax.set_xlim(0, end_s * 1.45 + 1)
         ax.set_xlabel("seconds since the job's first log line (launcher clock)")
         goodput = job.goodput()
         measured = "goodput not measured" if goodput is None else f"goodput {goodput:.1%}"
-        ax.set_title(f"{os.path.basename(job.job_dir)}: {measured}", fontsize=9)
+        # Literal text: a folder named "$x$" is not math (matplotlib's mathtext would fail on "$...$" it cannot read).
+        ax.set_title(f"{os.path.basename(job.job_dir)}: {measured}", fontsize=9, parse_math=False)
     handles = [Patch(color=color, label=name) for name, color in PHASES.items()]
     fig.legend(handles=handles, fontsize=7, loc="lower center", ncol=len(PHASES))
     fig.tight_layout(rect=(0, 0.05, 1, 1))

@@ -1,0 +1,209 @@
+"""Every log line the package reads, each pattern once: the one owner of "what does that line look like".
+
+Why one module: the same launcher and rank lines were parsed by the report, the rehearsal's watch, the tests and
+the benchmarks, each with its own copy of the regex, so an upstream rewording meant edits in many places (issue 51).
+Each pattern below names the upstream it was read from and has a fixture line in :data:`FIXTURES` that
+``tests/unit/test_log_lines.py`` matches; a rewording upstream is one edit here plus its fixture.
+
+Standard library only (``job/``): the batch host and a rank may import it without NeMo-Run, torch or NVRx.
+
+Upstream versions read (in ``.venv``): NVRx (nvidia_resiliency_ext) 0.7.0 -- ``ft_launcher``'s launcher and rank
+monitor; torch 2.x ``torch.distributed.elastic`` (torchrun's agent, glog-style lines); Slurm 22.05 ``srun``;
+Megatron Bridge 0.6.2 ``training/`` (training_log, checkpointing, straggler, exit handler); the reference workload
+in :mod:`nemo_resiliency_plugins.testing.workload`; and the requeue guard's own ``nemo-resiliency-plugins:`` lines
+(``core/sbatch/*.sh``).
+
+Structured sources, and why the lines remain (51.5). NVRx 0.7.0 offers: its per-cycle profiling events (the
+``Cycle: N Event: ...`` lines below are the only place the launcher writes them: no file, no API outside the
+launcher process); the workers' exit codes (torch's agent and NVRx log them; NVRx writes no result file a job
+directory keeps); the rank monitor's section timeouts (log only). Megatron Bridge writes one structured file, the
+tracker ``latest_checkpointed_iteration.txt`` (the last saved iteration, which the report could read instead of
+the "saved checkpoint" lines), but it is overwritten by each save and says nothing of which cycle saved what, so the
+per-cycle checkpoint list still comes from the lines. NVRx main adds per-cycle telemetry (OpenTelemetry spans,
+``NVRX_CYCLE`` in the workers' environment); 0.7.0 has none of it, so nothing here can use it yet.
+
+The sbatch guard reads some of the same lines in awk / ``grep -E`` (``core/sbatch/*.sh``). Bash cannot import this
+module, so the extended regular expressions it uses are kept here as strings (``GUARD_ERE_*``): the ``.sh`` files
+must hold the same text, character for character (a test compares them).
+"""
+
+from __future__ import annotations
+
+import re
+
+# ---- NVRx 0.7.0 (ft_launcher: launcher, rank monitor) ---------------------------------------------------------
+#: NVRx's logging prefix: local time, milliseconds (``match`` at the line's start).
+NVRX_STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) ")
+#: NVRx's profiling event (launcher): cycle, event, launcher ``<host>_<pid>_<n>``, its group rank, UTC time.
+NVRX_EVENT = re.compile(
+    r"Cycle: (\d+) Event: (\w+) Node: (\S+) Rank: (\S+) Time: (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+)"
+)
+#: NVRx's launcher when it gives up: every failure of the last poll, then one ProcessFailure per worker.
+NVRX_ALL_FAILURES = re.compile(r"Some rank\(s\) exited with non-zero exit code: ")
+NVRX_FAILURE = re.compile(r"\d+: ProcessFailure\(local_rank=(\d+), pid=\d+, exitcode=(-?\d+)")
+#: The rank monitor's timeouts: a section open too long, out of any section too long, a missing heartbeat.
+NVRX_SECTION = re.compile(r"Section '(\w+)' has been open for ([0-9.]+) seconds(?:\. Timeout is ([0-9.]+) seconds)?")
+NVRX_OUT_OF_SECTION = re.compile(r"Was out of section for ([0-9.]+) seconds")
+NVRX_HEARTBEAT = re.compile(r"Did not get (initial|subsequent) heartbeat")
+#: The monitored rank in the monitor's logger name (``[workload:<pid>(<rank>)...``).
+NVRX_MONITOR_RANK = re.compile(r"\[workload:\S*?\((\d+)\)")
+#: The launcher's rendezvous (tagged ``infra:<task>(<pid>)]``): which launcher task holds which group of ranks.
+NVRX_ASSIGNED = re.compile(r"infra:(\d+)\(\d+\)\].*\bAssigned active rank (\d+) \(round=(\d+)\)")
+#: torch's agent state as NVRx's launcher logs it, and its decision to restart.
+NVRX_WORKER_GROUP = re.compile(r"Worker group (FAILED|UNHEALTHY)")
+NVRX_WILL_RESTART = re.compile(r"will restart worker group")
+
+# ---- torch 2.x elastic (torchrun's agent; NVRx's launcher reuses it) ------------------------------------------
+#: glog-style stamp of torch's launcher modules: month, day, time, pid, no year (``match``). Only its own modules:
+#: a rank run by a plain interpreter logs torch's import warnings in the same format, which no launcher timed.
+TORCH_GLOG = re.compile(
+    r"^[IWEF](\d\d)(\d\d) (\d\d:\d\d:\d\d\.\d+) +(\d+) torch/distributed/(?:run|launcher/|elastic/)"
+)
+TORCH_RESTART = re.compile(r"\brestart_count=(\d+)\b")
+TORCH_EXITCODE = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)")
+#: The launch config torch's agent prints (``fullmatch``).
+TORCH_NPROC = re.compile(r"\s*nproc_per_node\s*:\s*(\d+)\s*")
+#: A rank's line as torch elastic prefixes it (``fullmatch``), srun's task label before it on Slurm.
+TORCH_RANK_LINE = re.compile(r"(?P<who>(?:\d+: )?\[default(?P<local>\d+)\]:(?:\[rank(?P<rank>\d+)\]:)?)(?P<rest>.*)")
+#: A rank's own output saying a peer's connection went away (gloo's TCP pair; NCCL's remote error), ``match``.
+TORCH_PEER_LOST = re.compile(
+    r"(?:(\d+): )?\[default(\d+)\]:.*"
+    r"(?:Connection (?:closed|reset) by peer|remote process exited or there was a network)"
+)
+
+# ---- Python's faulthandler, in a rank's stream (FaultTolerancePlugin(diagnostics=True)) ------------------------
+#: A line that can belong to a faulthandler dump (``search``).
+FAULTHANDLER_LINE = re.compile(
+    r'\[default\d+\]:(?:\[rank\d+\]:)? ?(Fatal Python error: |(Current thread|Thread) 0x|\s+File "|Extension modules: )'
+)
+FAULTHANDLER_THREAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):")
+FAULTHANDLER_FRAME = re.compile(r'^\s+File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
+
+# ---- Slurm 22.05 (srun's own stderr; NeMo-Run's batch script under ``set -x``) ----------------------------------
+#: srun's task label (``match``) where the step's output carries one.
+SRUN_TASK = re.compile(r"(\d+): ")
+#: srun's error line for a task (``fullmatch``).
+SRUN_ERROR = re.compile(r"srun: error: ([A-Za-z0-9._-]+): tasks? ([0-9,-]+): (.+)")
+#: Each attempt's start in the batch log (bash's trace; bash quotes the list where needed), ``fullmatch``.
+SBATCH_HOSTNAMES = re.compile(r"\+\+ scontrol show hostnames ('?)([^' ]+)\1")
+
+# ---- Megatron Bridge 0.6.2 (training/) -------------------------------------------------------------------------
+#: training_log (every logger.log_interval iterations, last rank): time, iteration, ms per iteration.
+MB_ITERATION = re.compile(
+    r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\] iteration\s+(\d+)/\s*\d+ \|.*?"
+    r"elapsed time per iteration \(ms\): ([0-9.]+) \|"
+)
+MB_LOADED = re.compile(r"successfully loaded checkpoint from .* at iteration (\d+)")
+MB_SAVED = re.compile(r"successfully saved checkpoint from iteration\s+(\d+)")
+#: training/nvrx_straggler.py (rank 0): the warning, NVRx's StragglerId set in it, the stop line.
+MB_STRAGGLERS = re.compile(r"STRAGGLER DETECTION WARNING: Some GPUs (have worse relative|performance dropped)")
+MB_STRAGGLER_ID = re.compile(r"StragglerId\(rank=(\d+), node='([^']*)'\)")
+MB_STRAGGLER_STOP = re.compile(r"Detected stragglers\. Training should be stopped\.")
+#: training/train.py's exit handler after the save at a signal (barrier_and_log, rank 0).
+MB_SIGNAL_EXIT = re.compile(r"\[exiting program after receiving SIGTERM\.\] datetime: (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
+
+# ---- the reference workload (nemo_resiliency_plugins/testing/workload.py) --------------------------------------
+WORKLOAD_INJECTED = re.compile(r"FAULT_INJECTED kind=(\w+) step=(\d+) rank=(\d+)")
+WORKLOAD_RESUMED = re.compile(r"RESUMED from step (\d+)")
+WORKLOAD_SAVED = re.compile(r"CHECKPOINT saved step=(\d+)")
+WORKLOAD_FINISHED = re.compile(r"FINISHED step=(\d+)")
+#: The final line with the parameters' hash (rank 0): what a test compares with the fault-free run.
+WORKLOAD_FINISHED_HASH = re.compile(r"FINISHED step=(\d+) params_sha256=([0-9a-f]+)")
+WORKLOAD_STARTING = re.compile(r"STARTING from scratch")
+WORKLOAD_EXIT_ON_SIGNAL = re.compile(r"EXIT on signal step=(\d+)")
+WORKLOAD_INPROCESS = re.compile(r"INPROCESS iteration=([1-9]\d*)")
+#: A Python exception a rank printed (torch elastic's ``[rank<N>]:`` prefix).
+RANK_ERROR = re.compile(r"\[rank\d+\]: (\w+(?:Error|Exception|Interrupt)\b.*)")
+
+# ---- both readers' unions (the workload's line or Megatron Bridge's) -------------------------------------------
+RESUMED = re.compile(f"{WORKLOAD_RESUMED.pattern}|{MB_LOADED.pattern}")
+SAVED = re.compile(f"{WORKLOAD_SAVED.pattern}|{MB_SAVED.pattern}")
+
+# ---- the requeue guard's own lines (core/sbatch/*.sh) ----------------------------------------------------------
+#: One guard line (``fullmatch``; bash's trace of the echo starts with ``+ `` and does not match).
+GUARD = re.compile(r"nemo-resiliency-plugins: (.+)")
+#: The silent-node verdict (``fullmatch`` on the guard line's text).
+GUARD_SILENT = re.compile(r"node ([A-Za-z0-9._-]+) went silent(?:: (.*?))?(?:: the requeued job .*)?")
+#: The guard stopped the step itself; the spare block's stop of a step with a task on a frozen node (``fullmatch``).
+GUARD_STOPPING = re.compile(r".*stopping step \S+.*")
+GUARD_FROZEN_STOP = re.compile(r".*\(a task on a frozen node\): stopping step .*")
+
+# ---- the guard's extended regular expressions (awk / grep -E in core/sbatch/*.sh: the same text there) ---------
+GUARD_ERE_SRUN_ERROR = r"^srun: error: [A-Za-z0-9._-]+: tasks? [0-9,-]+: "  # requeue_guard.sh
+GUARD_ERE_EXIT_NONZERO = r"exit code = [1-9]"  # spare_nodes.sh
+GUARD_ERE_AGENT_EXIT_0 = r"Agent exits with exit code = 0\b"  # spare_nodes.sh
+GUARD_ERE_INFRA0_EXIT_NONZERO = r"infra:0\(.*exit code = [1-9]"  # spare_nodes.sh
+GUARD_ERE_NO_RESTART = r"NVRx decided the job must not be restarted \([A-Za-z_]+\)"  # step_verdict.sh
+GUARD_ERE_INFRA_TAG = r"infra:[0-9]+\("  # requeue_guard.sh, step_verdict.sh (awk)
+GUARD_ERE_ASSIGNED = r"Assigned active rank [0-9]+ \(round=[0-9]+\)"  # step_verdict.sh (awk)
+GUARD_ERE_STRAGGLER_ID = r"StragglerId\(rank=[0-9]+, node=.[^,)]*.\)"  # step_verdict.sh (awk)
+GUARD_ERE_RANK_PREFIX = r"^\[[A-Za-z_]*[0-9]+\]:\[rank[0-9]+\]:"  # step_verdict.sh (awk)
+GUARD_STRAGGLER_EXIT = "Exiting program due to straggler detection"  # step_verdict.sh (grep -q, fixed text)
+
+#: Patterns whose readers use ``fullmatch`` (the fixture test does too).
+FULLMATCH = frozenset(
+    {"TORCH_NPROC", "TORCH_RANK_LINE", "SRUN_ERROR", "SBATCH_HOSTNAMES", "GUARD", "GUARD_SILENT", "GUARD_STOPPING",
+     "GUARD_FROZEN_STOP"}
+)  # fmt: skip
+
+#: One line each pattern matches, as the upstream writes it (tests/unit/test_log_lines.py matches every one).
+FIXTURES: dict[str, str] = {
+    "NVRX_STAMP": "2026-12-05 10:01:02,345 [INFO] [infra:0(4242)] ft_launcher: started",
+    "NVRX_EVENT": "Cycle: 1 Event: worker_start_completed Node: nrp-node1_4242_0 Rank: 0 "
+    "Time: 2026-12-05 10:01:02.345678",
+    "NVRX_ALL_FAILURES": "Some rank(s) exited with non-zero exit code: {1: ProcessFailure(local_rank=1, ...",
+    "NVRX_FAILURE": "1: ProcessFailure(local_rank=1, pid=4711, exitcode=-9",
+    "NVRX_SECTION": "[Cycle 0] Section 'step' has been open for 6.22 seconds. Timeout is 6.00 seconds.",
+    "NVRX_OUT_OF_SECTION": "Was out of section for 12.50 seconds. Timeout is 10.00 seconds.",
+    "NVRX_HEARTBEAT": "Did not get subsequent heartbeat. Waited 30.00 seconds.",
+    "NVRX_MONITOR_RANK": "[workload:4711(1)] rank monitor: Section 'step' has been open for 6.22 seconds.",
+    "NVRX_ASSIGNED": "[infra:1(4243)] rendezvous: Assigned active rank 0 (round=2)",
+    "NVRX_WORKER_GROUP": "launcher.py:636 [default] Worker group UNHEALTHY. 3/3 attempts left",
+    "NVRX_WILL_RESTART": "[default] Worker group FAILED. 2/3 attempts left; will restart worker group",
+    "TORCH_GLOG": "I1231 23:59:58.123000 4242 torch/distributed/elastic/agent/server/api.py:680] restart_count=0",
+    "TORCH_RESTART": "  restart_count=1",
+    "TORCH_EXITCODE": "failed (exitcode: -9) local_rank: 1 (pid: 4711) of binary: python",
+    "TORCH_NPROC": "  nproc_per_node   : 2",
+    "TORCH_RANK_LINE": "1: [default0]:[rank1]:[rank1] FINISHED step=40 params_sha256=ab",
+    "TORCH_PEER_LOST": "[default0]:RuntimeError: [../gloo/transport/tcp/pair.cc:534] Connection closed by peer",
+    "FAULTHANDLER_LINE": "[default1]:Fatal Python error: Aborted",
+    "FAULTHANDLER_THREAD": "Current thread 0x00007f0a (most recent call first):",
+    "FAULTHANDLER_FRAME": '  File "/srv/train.py", line 12 in step',
+    "SRUN_TASK": "1: [default0]:[rank1] CHECKPOINT saved step=20",
+    "SRUN_ERROR": "srun: error: nrp-node2: task 1: Killed",
+    "SBATCH_HOSTNAMES": "++ scontrol show hostnames 'nrp-node[1-3]'",
+    "MB_ITERATION": "[2026-12-05 10:01:07] iteration       10/      40 | consumed samples: 80 | "
+    "elapsed time per iteration (ms): 101.5 | learning rate: 1.0E-04 |",
+    "MB_LOADED": "successfully loaded checkpoint from /ckpt at iteration 20",
+    "MB_SAVED": "successfully saved checkpoint from iteration      20 to /ckpt",
+    "MB_STRAGGLERS": "STRAGGLER DETECTION WARNING: Some GPUs have worse relative performance. Affected ranks: "
+    "{StragglerId(rank=1, node='nrp-node2')}",
+    "MB_STRAGGLER_ID": "{StragglerId(rank=1, node='nrp-node2')}",
+    "MB_STRAGGLER_STOP": "Detected stragglers. Training should be stopped.",
+    "MB_SIGNAL_EXIT": "[exiting program after receiving SIGTERM.] datetime: 2026-12-05 10:01:09",
+    "WORKLOAD_INJECTED": "[rank1] FAULT_INJECTED kind=kill step=25 rank=1",
+    "WORKLOAD_RESUMED": "[rank0] RESUMED from step 20 (iter_0000020.pt)",
+    "WORKLOAD_SAVED": "[rank0] CHECKPOINT saved step=20",
+    "WORKLOAD_FINISHED": "[rank0] FINISHED step=40 params_sha256=ab",
+    "WORKLOAD_FINISHED_HASH": "[rank0] FINISHED step=40 params_sha256=0123abcd",
+    "WORKLOAD_STARTING": "[rank0] STARTING from scratch",
+    "WORKLOAD_EXIT_ON_SIGNAL": "[rank0] EXIT on signal step=13",
+    "WORKLOAD_INPROCESS": "[rank0] INPROCESS iteration=1",
+    "RANK_ERROR": "[default0]:[rank0]: RuntimeError: boom",
+    "RESUMED": "successfully loaded checkpoint from /ckpt at iteration 20",
+    "SAVED": "[rank0] CHECKPOINT saved step=20",
+    "GUARD": "nemo-resiliency-plugins: node nrp-node2 went silent: no line for 60 s",
+    "GUARD_SILENT": "node nrp-node2 went silent: no line for 60 s",
+    "GUARD_STOPPING": "section timeout on nrp-node1: stopping step 12345.0",
+    "GUARD_FROZEN_STOP": "training ended, step 12345.0 did not (a task on a frozen node): stopping step 12345.0",
+    "GUARD_ERE_SRUN_ERROR": "srun: error: nrp-node2: task 1: Killed",
+    "GUARD_ERE_EXIT_NONZERO": "[infra:0(4242)] Agent exits with exit code = 1",
+    "GUARD_ERE_AGENT_EXIT_0": "[infra:1(4243)] Agent exits with exit code = 0",
+    "GUARD_ERE_INFRA0_EXIT_NONZERO": "[infra:0(4242)] Agent exits with exit code = 137",
+    "GUARD_ERE_NO_RESTART": "NVRx decided the job must not be restarted (straggler_detected)",
+    "GUARD_ERE_INFRA_TAG": "2026-12-05 10:01:02,345 [INFO] [infra:0(4242)] x",
+    "GUARD_ERE_ASSIGNED": "[infra:1(4243)] rendezvous: Assigned active rank 0 (round=2)",
+    "GUARD_ERE_STRAGGLER_ID": "{StragglerId(rank=1, node='nrp-node2')}",
+    "GUARD_ERE_RANK_PREFIX": "[default0]:[rank3]:Fatal Python error: Aborted",
+    "GUARD_STRAGGLER_EXIT": "[rank0] Exiting program due to straggler detection",
+}

@@ -1,0 +1,74 @@
+"""job/log_lines.py is the one owner of the lines the package reads: each pattern matches its fixture line, every
+pattern has one, the guard's ERE strings are the text core/sbatch/*.sh holds, and the readers use these objects."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from nemo_resiliency_plugins.job import log_lines as ll
+from nemo_resiliency_plugins.tools.rehearse.watch import EVENT_PATTERNS
+
+SBATCH = Path(ll.__file__).parent.parent / "core" / "sbatch"
+
+
+def _patterns() -> dict[str, re.Pattern[str] | str]:
+    return {
+        name: value
+        for name, value in vars(ll).items()
+        if name.isupper() and name not in ("FIXTURES", "FULLMATCH") and isinstance(value, re.Pattern | str)
+    }
+
+
+def test_every_pattern_has_a_fixture_line_it_matches():
+    patterns = _patterns()
+    assert len(patterns) > 40
+    assert set(patterns) == set(ll.FIXTURES), set(patterns) ^ set(ll.FIXTURES)
+    for name, pattern in patterns.items():
+        line = ll.FIXTURES[name]
+        if isinstance(pattern, str) and name.startswith("GUARD_ERE_"):
+            pattern = re.compile(pattern)
+        if isinstance(pattern, str):
+            assert pattern in line, name
+        elif name in ll.FULLMATCH:
+            assert pattern.fullmatch(line), name
+        else:
+            assert pattern.search(line), name
+
+
+def test_a_fixture_line_is_not_matched_by_the_wrong_pattern():
+    # the patterns are specific: a workload line is no NVRx section timeout, a guard trace line is no guard line
+    assert not ll.NVRX_SECTION.search(ll.FIXTURES["WORKLOAD_FINISHED"])
+    assert not ll.GUARD.fullmatch("+ echo 'nemo-resiliency-plugins: x'")
+    assert not ll.TORCH_GLOG.match("I1231 23:59:58.123000 4242 site-packages/torch/_dynamo/utils.py:1] warn")
+
+
+def test_the_guard_holds_the_same_extended_regular_expressions():
+    scripts = "\n".join(path.read_text() for path in sorted(SBATCH.glob("*.sh")))
+    for name, value in _patterns().items():
+        if name.startswith("GUARD_ERE_") or name == "GUARD_STRAGGLER_EXIT":
+            assert value in scripts, f"{name} = {value!r} is not in core/sbatch/*.sh"
+
+
+def test_the_readers_use_these_patterns_not_copies():
+    from nemo_resiliency_plugins.tools.report import stacks
+
+    owned = {id(value) for value in _patterns().values()}
+    assert all(id(pattern) in owned for pattern, _ in EVENT_PATTERNS)
+    assert stacks._PREFIXED is ll.TORCH_RANK_LINE
+    package = Path(ll.__file__).parent.parent
+    for path in [*(package / "tools" / "report").glob("*.py"), package / "tools" / "rehearse" / "watch.py"]:
+        for literal in _regex_literals(path):
+            for needle in ("has been open for", "FINISHED step=", "exitcode", "Assigned active rank", "srun: error"):
+                assert needle not in literal, f"{path.name} restates {needle!r}"
+
+
+def _regex_literals(path: Path) -> list[str]:
+    """The string literals passed to ``re.<function>(...)`` in one module."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and ast.unparse(node.func.value) == "re":
+            first = node.args[:1]
+            found += [arg.value for arg in first if isinstance(arg, ast.Constant) and isinstance(arg.value, str)]
+    return found
