@@ -36,12 +36,30 @@ from nemo_resiliency_plugins.tools.report_flight import flight_report
 from nemo_resiliency_plugins.tools.report_nodes import place_all
 from nemo_resiliency_plugins.tools.report_stacks import is_dump_line, rank_stacks
 
-__all__ = ["AttemptReport", "CycleRow", "JobReport", "print_reports", "report_experiment", "report_job"]
+__all__ = [
+    "AttemptReport",
+    "CycleRow",
+    "JobReport",
+    "LauncherVerdict",
+    "is_launcher_line",
+    "launcher_verdict",
+    "print_reports",
+    "report_experiment",
+    "report_job",
+]
 
 _STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) ")  # NVRx's logging lines
 # torch's launcher (torchrun's elastic agent) logging: month, day, time, no year. Only its own modules: a rank run by a
 # plain interpreter logs torch's import warnings in the same format, after its start-up, which no launcher timed.
 _GLOG = re.compile(r"^[IWEF](\d\d)(\d\d) (\d\d:\d\d:\d\d\.\d+) +(\d+) torch/distributed/(?:run|launcher/|elastic/)")
+# A launcher's own line, never a rank's (core/sbatch/log_lines.sh's NRP_RE_LAUNCHER, the same shape): NVRx 0.7's
+# log_manager.py format (srun --label's "<task>: " in front where present); a rank's lines carry torch elastic's
+# "[<role><local rank>]:" prefix instead (a rank that prints NVRx's verdict verbatim is not a launcher).
+_LAUNCHER_LINE = re.compile(r"(?: *\d+: )?\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:,\d{3})? \[[A-Z]+\] \[[^]]*\] ")
+# launcher.py main() (NVRx 0.7): the no-restart verdict and the agent's exit code (log_lines.sh: NRP_RE_NO_RESTART,
+# NRP_RE_EXIT_ZERO, NRP_RE_EXIT_NONZERO)
+_NO_RESTART = re.compile(r"NVRx decided the job must not be restarted \(([A-Za-z_]+)\)")
+_AGENT_EXIT = re.compile(r"exit code = (\d+)")
 _RESTART = re.compile(r"\brestart_count=(\d+)\b")
 _EVENT = re.compile(r"Cycle: (\d+) Event: (\w+) Node: (\S+) Rank: (\S+) Time: (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+)")
 _EXITCODE = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)")
@@ -254,6 +272,36 @@ def launcher_stamp(line: str, year: int | None) -> dt.datetime | None:
     return None
 
 
+def is_launcher_line(line: str) -> bool:
+    """Whether a launcher wrote ``line``: NVRx's launcher or rank monitor (its log format), torch's elastic agent in
+    the launcher process (its own modules' log format), srun itself, or the requeue guard. Only these decide a
+    verdict (a restart, a failure's exit code, a detection); a rank's output never does (issue 51)."""
+    return bool(
+        _LAUNCHER_LINE.match(line) or _GLOG.match(line) or line.startswith(("srun: ", "nemo-resiliency-plugins: "))
+    )
+
+
+class LauncherVerdict(NamedTuple):
+    """What the launchers' own lines of one step say: the requeue guard's reading on the batch host
+    (core/sbatch/step_verdict.sh, spare_nodes.sh), made here from the same lines for the report."""
+
+    no_restart: str | None  # NVRx's reason, when a launcher said the job must not be restarted
+    exits: tuple[int, ...]  # each launcher's exit code, in log order
+
+
+def launcher_verdict(text: str) -> LauncherVerdict:
+    """The no-restart reason and the launchers' exit codes in ``text``, from launcher lines only."""
+    reason, exits = None, []
+    for line in text.splitlines():
+        if not is_launcher_line(line):
+            continue
+        if reason is None and (m := _NO_RESTART.search(line)):
+            reason = m.group(1)
+        if m := _AGENT_EXIT.search(line):
+            exits.append(int(m.group(1)))
+    return LauncherVerdict(reason, tuple(exits))
+
+
 def _iso(when: dt.datetime | None) -> str | None:
     return when.isoformat(sep=" ", timespec="milliseconds") if when else None
 
@@ -292,6 +340,7 @@ def parse_attempt(text: str, attempt: int = 0, log: str = "") -> AttemptReport:
             continue
         when = launcher_stamp(line, year)
         stamped = stamped or when is not None
+        launcher = is_launcher_line(line)  # only a launcher's line says a restart, a failure or a detection
         iteration = _ITERATION.search(line)
         if iteration:
             when = dt.datetime.strptime(iteration.group(1), "%Y-%m-%d %H:%M:%S")
@@ -311,7 +360,7 @@ def parse_attempt(text: str, attempt: int = 0, log: str = "") -> AttemptReport:
             rows[cur].last_iteration = number
             ms.setdefault(cur, []).append(float(iteration.group(3)))
             continue
-        if m := _RESTART.search(line):
+        if launcher and (m := _RESTART.search(line)):
             cur = max(cur, int(m.group(1)))
             rows.setdefault(cur, CycleRow(attempt=attempt, cycle=cur))
             continue
@@ -319,7 +368,7 @@ def parse_attempt(text: str, attempt: int = 0, log: str = "") -> AttemptReport:
         if m := _NPROC.fullmatch(line):
             nproc = int(m.group(1))
             continue
-        if m := _EVENT.search(line):
+        if launcher and (m := _EVENT.search(line)):
             parts = m.group(3).rsplit("_", 2)
             if len(parts) == 3 and parts[1].isdigit() and m.group(4).isdigit():
                 group_rank[parts[1]] = int(m.group(4))
@@ -340,7 +389,7 @@ def parse_attempt(text: str, attempt: int = 0, log: str = "") -> AttemptReport:
         if m := _PEER_LOST.match(line):
             peer_lost.setdefault(cur, set()).add((m.group(1), int(m.group(2))))
             continue
-        if _ALL_FAILURES.search(line) and cur in exit_lines:
+        if launcher and _ALL_FAILURES.search(line) and cur in exit_lines:
             task = _SRUN_TASK.match(line)
             # NVRx's line names no launcher: the global rank is known when one launcher logs here
             known = nproc is not None and len(group_rank) <= 1
@@ -348,14 +397,14 @@ def parse_attempt(text: str, attempt: int = 0, log: str = "") -> AttemptReport:
                 rank = next(iter(group_rank.values()), 0) * nproc + int(local) if known else None
                 exit_lines[cur].append(_Exit((task.group(1) if task else None, int(local)), int(code), rank, False))
             continue
-        if row.detected_by is None and (found := _detection(line)):
+        if launcher and row.detected_by is None and (found := _detection(line)):
             row.detected_by, row.open_s = found
             rank = _MONITOR_RANK.search(line)
             row.detected_on_rank = int(rank.group(1)) if rank else None
             row.detected_at = _iso(when)
             if when and cur not in detected:
                 detected[cur] = when
-        elif m := _EXITCODE.search(line):
+        elif launcher and (m := _EXITCODE.search(line)):
             code = int(m.group(1))
             how = _exit_how(code)
             row.exits.append(f"local rank {m.group(2)} {how}")
