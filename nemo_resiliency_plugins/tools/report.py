@@ -33,6 +33,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from nemo_resiliency_plugins.tools.report_flight import flight_report
+from nemo_resiliency_plugins.tools.report_lines import GLOG as _GLOG
+from nemo_resiliency_plugins.tools.report_lines import is_launcher_line
 from nemo_resiliency_plugins.tools.report_nodes import place_all
 from nemo_resiliency_plugins.tools.report_stacks import is_dump_line, rank_stacks
 
@@ -49,13 +51,6 @@ __all__ = [
 ]
 
 _STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) ")  # NVRx's logging lines
-# torch's launcher (torchrun's elastic agent) logging: month, day, time, no year. Only its own modules: a rank run by a
-# plain interpreter logs torch's import warnings in the same format, after its start-up, which no launcher timed.
-_GLOG = re.compile(r"^[IWEF](\d\d)(\d\d) (\d\d:\d\d:\d\d\.\d+) +(\d+) torch/distributed/(?:run|launcher/|elastic/)")
-# A launcher's own line, never a rank's (core/sbatch/log_lines.sh's NRP_RE_LAUNCHER, the same shape): NVRx 0.7's
-# log_manager.py format (srun --label's "<task>: " in front where present); a rank's lines carry torch elastic's
-# "[<role><local rank>]:" prefix instead (a rank that prints NVRx's verdict verbatim is not a launcher).
-_LAUNCHER_LINE = re.compile(r"(?: *\d+: )?\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:,\d{3})? \[[A-Z]+\] \[[^]]*\] ")
 # launcher.py main() (NVRx 0.7): the no-restart verdict and the agent's exit code (log_lines.sh: NRP_RE_NO_RESTART,
 # NRP_RE_EXIT_ZERO, NRP_RE_EXIT_NONZERO)
 _NO_RESTART = re.compile(r"NVRx decided the job must not be restarted \(([A-Za-z_]+)\)")
@@ -272,15 +267,6 @@ def launcher_stamp(line: str, year: int | None) -> dt.datetime | None:
     return None
 
 
-def is_launcher_line(line: str) -> bool:
-    """Whether a launcher wrote ``line``: NVRx's launcher or rank monitor (its log format), torch's elastic agent in
-    the launcher process (its own modules' log format), srun itself, or the requeue guard. Only these decide a
-    verdict (a restart, a failure's exit code, a detection); a rank's output never does (issue 51)."""
-    return bool(
-        _LAUNCHER_LINE.match(line) or _GLOG.match(line) or line.startswith(("srun: ", "nemo-resiliency-plugins: "))
-    )
-
-
 class LauncherVerdict(NamedTuple):
     """What the launchers' own lines of one step say: the requeue guard's reading on the batch host
     (core/sbatch/step_verdict.sh, spare_nodes.sh), made here from the same lines for the report."""
@@ -437,7 +423,7 @@ def parse_attempt(text: str, attempt: int = 0, log: str = "") -> AttemptReport:
             row.finished_step = int(m.group(1))
         elif m := _INPROCESS.search(line):
             row.inprocess_restarts = max(row.inprocess_restarts, int(m.group(1)))
-        elif m := _STRAGGLERS.search(line):
+        elif (m := _STRAGGLERS.search(line)) and line.endswith("}"):  # Megatron Bridge's whole line, not a quote
             kind = "relative" if m.group(1).startswith("have") else "individual"
             for rank, node in _STRAGGLER_ID.findall(line):
                 first_straggler.setdefault(cur, int(rank))

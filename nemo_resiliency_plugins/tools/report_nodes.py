@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from nemo_resiliency_plugins.tools.report_lines import is_launcher_line
+
 if TYPE_CHECKING:
     from nemo_resiliency_plugins.tools.report import AttemptReport
 
@@ -97,7 +99,7 @@ def launcher_tasks(log_text: str) -> tuple[dict[int, dict[int, int]], int | None
     tasks: dict[int, dict[int, int]] = {}
     nproc = None
     for line in log_text.splitlines():
-        if m := _ASSIGNED.search(line):
+        if is_launcher_line(line) and (m := _ASSIGNED.search(line)):  # a rank may print the line too
             tasks.setdefault(int(m.group(3)), {})[int(m.group(2))] = int(m.group(1))
         elif m := _NPROC.fullmatch(line):
             nproc = int(m.group(1))

@@ -40,7 +40,7 @@ NRP_RE_LAUNCHER_EXIT='exit code =|Launcher exiting'
 # Megatron Bridge 0.6.2 (training/nvrx_straggler.py, train.py): the straggler report and the stop line are written
 # by a rank, never by a launcher: they count only as a whole rank line (the torch prefix, a logger's prefix, then
 # Megatron Bridge's sentence to the line's end), not quoted inside another line.
-NRP_RE_STRAGGLER_REPORT='STRAGGLER DETECTION WARNING: .*Affected ranks:'
+NRP_RE_STRAGGLER_REPORT='STRAGGLER DETECTION WARNING: .*Affected ranks: \{[^}]*\}$'
 NRP_RE_STRAGGLER_STOP='Exiting program due to straggler detection\.$'
 nrp_launcher_lines() {  # stdin -> the launchers' own lines and srun's (rank lines dropped)
   grep -E "$NRP_RE_LAUNCHER|$NRP_RE_SRUN" || true
