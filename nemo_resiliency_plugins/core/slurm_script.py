@@ -89,8 +89,9 @@ def _add_chain_helpers(executor: Any) -> None:
         executor.setup_lines = (existing.rstrip("\n") + "\n" if existing else "") + _CHAIN_HELPERS
 
 
-# The guard reads the step's own log for what its exit code cannot say on several nodes (step_verdict.sh).
-_REQUEUE_GUARD = _block("requeue_guard.sh") + "\n" + _block("step_verdict.sh")
+# The guard reads the step's own log for what its exit code cannot say on several nodes (step_verdict.sh), from the
+# launchers' lines only: every pattern it reads is defined once in log_lines.sh (set before any function runs).
+_REQUEUE_GUARD = _block("requeue_guard.sh") + "\n" + _block("log_lines.sh") + "\n" + _block("step_verdict.sh")
 
 
 def guard_ft_requeue(executor: Any, *, plugin: str) -> None:

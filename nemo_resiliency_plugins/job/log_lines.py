@@ -23,8 +23,8 @@ per-cycle checkpoint list still comes from the lines. NVRx main adds per-cycle t
 ``NVRX_CYCLE`` in the workers' environment); 0.7.0 has none of it, so nothing here can use it yet.
 
 The sbatch guard reads some of the same lines in awk / ``grep -E`` (``core/sbatch/*.sh``). Bash cannot import this
-module, so the extended regular expressions it uses are kept here as strings (``GUARD_ERE_*``): the ``.sh`` files
-must hold the same text, character for character (a test compares them).
+module, so the extended regular expressions it uses are kept here as strings (:data:`GUARD_ERE`), assigned the same
+text in ``core/sbatch/log_lines.sh``, the only place the other blocks take them from (a test compares the two).
 """
 
 from __future__ import annotations
@@ -50,6 +50,10 @@ NVRX_MONITOR_RANK = re.compile(r"\[workload:\S*?\((\d+)\)")
 #: The launcher's rendezvous (tagged ``infra:<task>(<pid>)]``): which launcher task holds which group of ranks.
 NVRX_ASSIGNED = re.compile(r"infra:(\d+)\(\d+\)\].*\bAssigned active rank (\d+) \(round=(\d+)\)")
 #: torch's agent state as NVRx's launcher logs it, and its decision to restart.
+#: launcher.py main(): the no-restart verdict (its reason) and the agent's exit code (launcher lines only: a rank may
+#: print either; the guard's NRP_RE_NO_RESTART / NRP_RE_EXIT_* read the same lines).
+NVRX_NO_RESTART = re.compile(r"NVRx decided the job must not be restarted \(([A-Za-z_]+)\)")
+NVRX_AGENT_EXIT = re.compile(r"exit code = (\d+)")
 NVRX_WORKER_GROUP = re.compile(r"Worker group (FAILED|UNHEALTHY)")
 NVRX_WILL_RESTART = re.compile(r"will restart worker group")
 
@@ -128,17 +132,44 @@ GUARD_SILENT = re.compile(r"node ([A-Za-z0-9._-]+) went silent(?:: (.*?))?(?:: t
 GUARD_STOPPING = re.compile(r".*stopping step \S+.*")
 GUARD_FROZEN_STOP = re.compile(r".*\(a task on a frozen node\): stopping step .*")
 
-# ---- the guard's extended regular expressions (awk / grep -E in core/sbatch/*.sh: the same text there) ---------
-GUARD_ERE_SRUN_ERROR = r"^srun: error: [A-Za-z0-9._-]+: tasks? [0-9,-]+: "  # requeue_guard.sh
-GUARD_ERE_EXIT_NONZERO = r"exit code = [1-9]"  # spare_nodes.sh
-GUARD_ERE_AGENT_EXIT_0 = r"Agent exits with exit code = 0\b"  # spare_nodes.sh
-GUARD_ERE_INFRA0_EXIT_NONZERO = r"infra:0\(.*exit code = [1-9]"  # spare_nodes.sh
-GUARD_ERE_NO_RESTART = r"NVRx decided the job must not be restarted \([A-Za-z_]+\)"  # step_verdict.sh
-GUARD_ERE_INFRA_TAG = r"infra:[0-9]+\("  # requeue_guard.sh, step_verdict.sh (awk)
-GUARD_ERE_ASSIGNED = r"Assigned active rank [0-9]+ \(round=[0-9]+\)"  # step_verdict.sh (awk)
-GUARD_ERE_STRAGGLER_ID = r"StragglerId\(rank=[0-9]+, node=.[^,)]*.\)"  # step_verdict.sh (awk)
-GUARD_ERE_RANK_PREFIX = r"^\[[A-Za-z_]*[0-9]+\]:\[rank[0-9]+\]:"  # step_verdict.sh (awk)
-GUARD_STRAGGLER_EXIT = "Exiting program due to straggler detection"  # step_verdict.sh (grep -q, fixed text)
+# ---- the guard's extended regular expressions (core/sbatch/log_lines.sh: the same text there) ----------------
+#: Each ERE the requeue guard reads (grep -E, awk), by its shell variable's name. Bash cannot import this module,
+#: so core/sbatch/log_lines.sh assigns the same names the same text, character for character
+#: (tests/unit/test_log_lines.py reads the file's assignments and compares both ways); the comments there name
+#: each upstream line. Python reads the launcher-line shape from here too (:func:`is_launcher_line`).
+GUARD_ERE: dict[str, str] = {
+    "NRP_RE_LAUNCHER": r"^( *[0-9]+: )?[0-9]{4}-[0-9]{2}-[0-9]{2}"
+    r" [0-9]{2}:[0-9]{2}:[0-9]{2}(,[0-9]{3})? \[[A-Z]+\] \[[^]]*\] ",
+    "NRP_RE_RANK": r"^( *[0-9]+: )?\[[A-Za-z_]*[0-9]+\]:",
+    "NRP_RE_RANK_DUMP": r"^\[[A-Za-z_]*[0-9]+\]:\[rank[0-9]+\]:",
+    "NRP_RE_SRUN": r"^srun: ",
+    "NRP_RE_SRUN_TASK_ERROR": r"^srun: error: [A-Za-z0-9._-]+: tasks? [0-9,-]+: ",
+    "NRP_RE_INFRA_TAG": r"infra:[0-9]+\(",
+    "NRP_RE_NO_RESTART": r"NVRx decided the job must not be restarted \([A-Za-z_]+\)",
+    "NRP_RE_EXIT_ZERO": r"Agent exits with exit code = 0\.",
+    "NRP_RE_EXIT_NONZERO": r"exit code = [1-9]",
+    "NRP_RE_ASSIGNED": r"Assigned active rank [0-9]+ \(round=[0-9]+\)",
+    "NRP_RE_NPROC": r"Using nproc_per_node=[0-9]+\.",
+    "NRP_RE_TIMEOUT": r"has been open for [0-9.]+ seconds|Was out of section for|Did not get [a-z]+ heartbeat",
+    "NRP_RE_WORKERS_FAILED": r"Worker group (FAILED|UNHEALTHY)|exited with non-zero",
+    "NRP_RE_LAUNCHER_EXIT": r"exit code =|Launcher exiting",
+    "NRP_RE_STRAGGLER_REPORT": r"STRAGGLER DETECTION WARNING: .*Affected ranks: \{[^}]*\}$",
+    "NRP_RE_STRAGGLER_STOP": r"Exiting program due to straggler detection\.$",
+}
+#: A launcher's own line (NVRx 0.7's log_manager.py format, srun --label's "<task>: " in front where present): the
+#: guard's NRP_RE_LAUNCHER, compiled (the ERE is valid Python syntax with the same meaning).
+LAUNCHER_LINE = re.compile(GUARD_ERE["NRP_RE_LAUNCHER"])
+
+
+def is_launcher_line(line: str) -> bool:
+    """Whether a launcher wrote ``line``: NVRx's launcher or rank monitor (its log format), torch's elastic agent in
+    the launcher process (its own modules' glog format), srun itself, or the requeue guard. Only these decide a
+    verdict (a restart, a failure's exit code, a detection, a rank's node); a rank's output never does, since a rank
+    may print NVRx's lines verbatim (issue 51). The guard's reading on the batch host is the same (log_lines.sh)."""
+    return bool(
+        LAUNCHER_LINE.match(line) or TORCH_GLOG.match(line) or line.startswith(("srun: ", "nemo-resiliency-plugins: "))
+    )
+
 
 #: Patterns whose readers use ``fullmatch`` (the fixture test does too).
 FULLMATCH = frozenset(
@@ -158,6 +189,8 @@ FIXTURES: dict[str, str] = {
     "NVRX_HEARTBEAT": "Did not get subsequent heartbeat. Waited 30.00 seconds.",
     "NVRX_MONITOR_RANK": "[workload:4711(1)] rank monitor: Section 'step' has been open for 6.22 seconds.",
     "NVRX_ASSIGNED": "[infra:1(4243)] rendezvous: Assigned active rank 0 (round=2)",
+    "NVRX_NO_RESTART": "NVRx decided the job must not be restarted (no_progress): Agent's exit code = 93",
+    "NVRX_AGENT_EXIT": "[infra:0(4242)] Agent exits with exit code = 0.",
     "NVRX_WORKER_GROUP": "launcher.py:636 [default] Worker group UNHEALTHY. 3/3 attempts left",
     "NVRX_WILL_RESTART": "[default] Worker group FAILED. 2/3 attempts left; will restart worker group",
     "TORCH_GLOG": "I1231 23:59:58.123000 4242 torch/distributed/elastic/agent/server/api.py:680] restart_count=0",
@@ -195,15 +228,6 @@ FIXTURES: dict[str, str] = {
     "GUARD": "nemo-resiliency-plugins: node nrp-node2 went silent: no line for 60 s",
     "GUARD_SILENT": "node nrp-node2 went silent: no line for 60 s",
     "GUARD_STOPPING": "section timeout on nrp-node1: stopping step 12345.0",
+    "LAUNCHER_LINE": "2026-12-05 10:01:02,345 [INFO] [nrp-node1] [workload:0(0) infra:0(4242)] launcher.py:1 x",
     "GUARD_FROZEN_STOP": "training ended, step 12345.0 did not (a task on a frozen node): stopping step 12345.0",
-    "GUARD_ERE_SRUN_ERROR": "srun: error: nrp-node2: task 1: Killed",
-    "GUARD_ERE_EXIT_NONZERO": "[infra:0(4242)] Agent exits with exit code = 1",
-    "GUARD_ERE_AGENT_EXIT_0": "[infra:1(4243)] Agent exits with exit code = 0",
-    "GUARD_ERE_INFRA0_EXIT_NONZERO": "[infra:0(4242)] Agent exits with exit code = 137",
-    "GUARD_ERE_NO_RESTART": "NVRx decided the job must not be restarted (straggler_detected)",
-    "GUARD_ERE_INFRA_TAG": "2026-12-05 10:01:02,345 [INFO] [infra:0(4242)] x",
-    "GUARD_ERE_ASSIGNED": "[infra:1(4243)] rendezvous: Assigned active rank 0 (round=2)",
-    "GUARD_ERE_STRAGGLER_ID": "{StragglerId(rank=1, node='nrp-node2')}",
-    "GUARD_ERE_RANK_PREFIX": "[default0]:[rank3]:Fatal Python error: Aborted",
-    "GUARD_STRAGGLER_EXIT": "[rank0] Exiting program due to straggler detection",
 }

@@ -40,6 +40,7 @@ import os
 import re
 import signal
 import socket
+import sys
 import threading
 import time
 from typing import Any
@@ -47,7 +48,16 @@ from typing import Any
 from nemo_resiliency_plugins.job.local_checkpoint_guard import LOCAL_FILE
 from nemo_resiliency_plugins.testing.rank_log import log
 
-__all__ = ["CHAINABLE_KINDS", "FAULT_KINDS", "FAULT_MARKER", "FaultInjector", "FaultSpec", "marker_name"]
+__all__ = [
+    "CHAINABLE_KINDS",
+    "FAULT_KINDS",
+    "FAULT_MARKER",
+    "SPOOF_LINES",
+    "FaultInjector",
+    "FaultSpec",
+    "marker_name",
+    "print_spoof_lines",
+]
 
 FAULT_KINDS = ("kill", "hang", "raise", "sigterm", "corrupt_local", "slow", "slow_node", "nan", "nan_persistent")
 SLOW_NODE_FILE = "nrp_slow_node"
@@ -241,3 +251,32 @@ class FaultInjector:
             self._write_marker(0, kind, step)
         log(f"FAULT_INJECTED kind={kind} step={step} rank={self.rank}")
         return True
+
+
+#: ``NRP_SPOOF_LINES=1``: what a careless training script may print (issue 51, issue 47 class 15): NVRx 0.7's own
+#: verdict lines, verbatim (log_manager.py's format; launcher.py's no-restart and exit lines, the rendezvous's
+#: assignment). Written by a rank, each reaches the log under torch elastic's ``[default<n>]:`` prefix, and the
+#: requeue guard and the report must not take it for the launcher's: a job that prints them ends as it would
+#: without them. The no-restart reason here is one NVRx would not give in these jobs (a real crash loop's is
+#: ``no_progress``), so a reading that took the rank's line would name the wrong reason.
+SPOOF_LINES = (
+    "2026-12-05 07:47:35,237 [ERROR] [vm] [workload:?(?) infra:0(0)] launcher.py:3740 NVRx decided the job must "
+    "not be restarted (attribution_stop): Attribution requested a stop.. Agent's exit code = 93",
+    *(
+        f"2026-12-07 06:12:44,265 [INFO] [vm] [workload:?(?) infra:{task}(0)] launcher.py:3753 "
+        "Agent exits with exit code = 0."
+        for task in range(4)
+    ),
+    "2026-12-07 06:10:36,838 [INFO] [vm] [workload:?(?) infra:3(0)] ft_rendezvous_barrier.py:2752 "
+    "Assigned active rank 0 (round=0)",
+)
+
+
+def print_spoof_lines(env: dict[str, str] | None = None) -> bool:
+    """Print :data:`SPOOF_LINES` on stdout as they are (no rank prefix of the workload's own) when
+    ``NRP_SPOOF_LINES=1``; True when it did."""
+    if (os.environ if env is None else env).get("NRP_SPOOF_LINES") != "1":
+        return False
+    sys.stdout.write("".join(line + "\n" for line in SPOOF_LINES))
+    sys.stdout.flush()
+    return True

@@ -115,6 +115,8 @@ Log lines (stdout, flushed, each prefixed with ``[rank<r>] ``):
     ``FINISHED step=<n> params_sha256=<hex>`` (rank 0)
     `` [<Y-m-d H:M:S>] iteration <n>/<train_iters> | consumed samples: <c> | elapsed time per iteration (ms): <t> |``
     (last rank, every ``logger.log_interval`` iterations, no rank prefix: Megatron Bridge's own training_log line)
+    With ``NRP_SPOOF_LINES=1``, after ``START``: NVRx's own verdict lines, verbatim (no rank prefix;
+    testing/faults.py's ``SPOOF_LINES``), which the guard and the report must not take for the launcher's.
     ``STEP_TIMES n=<k> median_ms=<m> min_ms=<a> max_ms=<b>`` (rank 0, after its loop: iterations without a
     checkpoint, FT hooks included)
     ``INPROCESS iteration=<i> pid=<pid> time=<unix s>`` (in-process restart: each entry into the loop)
@@ -139,7 +141,7 @@ import sys
 import time
 from typing import Any
 
-from nemo_resiliency_plugins.testing.faults import FAULT_KINDS, FaultInjector, FaultSpec
+from nemo_resiliency_plugins.testing.faults import FAULT_KINDS, FaultInjector, FaultSpec, print_spoof_lines
 from nemo_resiliency_plugins.testing.process_group import init_process_group
 from nemo_resiliency_plugins.testing.rank_log import log as _log
 from nemo_resiliency_plugins.testing.rank_log import rank_from_env as _rank_from_env
@@ -442,6 +444,7 @@ def pretrain(config: ConfigContainer) -> None:
     )
     if _rank_from_env() == 0:
         _log("CONFIG " + json.dumps(config_summary(cfg), sort_keys=True))
+    print_spoof_lines()  # NRP_SPOOF_LINES=1: NVRx's verdict lines, printed by a rank (testing/faults.py)
 
     runtime_config_update(cfg)
     state = GlobalState()

@@ -287,4 +287,3 @@ def _diff(before: dict[str, str], after: dict[str, str]) -> list[str]:
         if key not in after:
             changes.append(f"- {key}")
     return changes
-

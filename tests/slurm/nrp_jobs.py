@@ -315,7 +315,10 @@ def store_pids(job) -> set[int]:
 
 
 #: NVRx's line when its rendezvous gives a launcher an active rank: (srun task, active rank, round).
-ASSIGNED_ACTIVE = re.compile(r"infra:(\d+)\(\S*\)\] \S+ Assigned active rank (\d+) \(round=(\d+)\)")
+# A launcher's own line only (a time stamp first): a rank that prints one (NRP_SPOOF_LINES) is not a launcher.
+ASSIGNED_ACTIVE = re.compile(
+    r"^\d{4}-\d\d-\d\d [^\n]*? infra:(\d+)\(\S*\)\] \S+ Assigned active rank (\d+) \(round=(\d+)\)", re.M
+)
 
 
 def training_node_without_store(job) -> str:

@@ -50,6 +50,7 @@ from pathlib import Path
 
 import pytest
 
+from nemo_resiliency_plugins.testing.faults import SPOOF_LINES
 from nemo_resiliency_plugins.tools.report import report_experiment
 from tests.helpers import assert_ended_by_kill
 from tests.slurm.nrp_jobs import (
@@ -155,13 +156,16 @@ def _lose_then_freeze_a_node(job, killed: dict, frozen: dict) -> None:
 def jobs(local_slurm, tmp_path_factory):
     t0 = time.monotonic()
     crash_loop = {"NRP_FAULT": "kill", "NRP_FAULT_REPEAT": "same"}
+    # Issue 51 / 47.15: in the requeue, crash-loop and spare jobs every rank also prints NVRx's verdict lines
+    # verbatim (testing/faults.py SPOOF_LINES): each job must still end as it does without them.
+    spoof = {"NRP_SPOOF_LINES": "1"}
     specs = {
         "fault-free": dict(env={}, ft=_ft()),
-        "requeue": dict(env={"NRP_FAULT": "kill"}, ft=_ft(num_in_job_restarts=0)),
+        "requeue": dict(env={"NRP_FAULT": "kill", **spoof}, ft=_ft(num_in_job_restarts=0)),
         "no-retry-left": dict(env={"NRP_FAULT": "kill"}, ft=_ft(num_in_job_restarts=0, num_job_retries_on_failure=0)),
         # 3 restarts allowed, but the tracker stops after 1 cycle without a new checkpoint (one cycle fewer than
         # the 2 of earlier runs: the same decision, one rank generation less of CI time).
-        "crash-loop": dict(env=crash_loop, ft=_ft(num_in_job_restarts=3, max_no_progress_cycles=1)),
+        "crash-loop": dict(env={**crash_loop, **spoof}, ft=_ft(num_in_job_restarts=3, max_no_progress_cycles=1)),
         # Killed 8 steps after each resume: a new checkpoint every cycle; even a 1-cycle limit never stops it.
         "progress-each-cycle": dict(
             env={"NRP_FAULT": "kill", "NRP_FAULT_REPEAT": "after_resume", "NRP_FAULT_STEP": "8"},
@@ -200,7 +204,7 @@ def jobs(local_slurm, tmp_path_factory):
         # spare takes its place, and once training finished the spare block stops the step the frozen task held
         # (5 s after the launchers' exit lines: NRP_SPARE_FINISH_GRACE).
         "spare": _two_nodes(
-            {"NRP_STEP_TIME": "0.3", "NRP_SPARE_FINISH_GRACE": "5"},
+            {"NRP_STEP_TIME": "0.3", "NRP_SPARE_FINISH_GRACE": "5", **spoof},
             num_in_job_restarts=2,
             num_job_retries_on_failure=1,
             spare_nodes=2,
@@ -715,7 +719,7 @@ def test_report_of_the_two_node_job(jobs):
     assert job.guard[0].startswith(f"node {lost} failed first") and "excludes" in job.guard[0], job.guard
     assert any(line.startswith(f"node {hung} went silent") for line in job.guard), job.guard
     assert job.guard[-1].endswith("finished, not requeued"), job.guard
-    # The node of each fault, as the test injected it (tools/report_nodes.py): the SIGKILLed node lost (its launcher
+    # The node of each fault, as the test injected it (tools/report/nodes.py): the SIGKILLed node lost (its launcher
     # task killed outright, srun says), the SIGSTOPped node silent, nothing in the run that finished.
     first, frozen, last = job.attempts[0].cycles[-1], job.attempts[1].cycles[0], job.attempts[-1].cycles[-1]
     assert first.node == lost, job.rows
@@ -882,3 +886,44 @@ def test_a_rank_hung_outside_the_collective_is_the_node_the_guard_excludes(jobs)
     assert (hang.node, hang.node_fault) == (hung_node, None), report.rows
     assert (last.resumed_from, last.finished_step) == (10, STEPS), report.rows
     assert finished_hash(logs) == baseline
+
+
+# ------------------------------------------- issue 51 / 47.15: a rank that prints NVRx's verdict lines decides nothing
+
+
+def _spoofed(logs: str) -> None:
+    """Every rank of the job printed NVRx's verdict lines (NRP_SPOOF_LINES=1), each under torch elastic's prefix."""
+    for text in SPOOF_LINES:
+        assert re.search(rf"^\[default\d+\]:{re.escape(text)}$", logs, re.M), text
+
+
+def test_a_failed_run_whose_rank_printed_nvrx_s_no_restart_verdict_is_requeued(jobs):
+    """The rank printed "NVRx decided the job must not be restarted (attribution_stop) ... exit code = 93" before
+    it was killed: the guard reads launcher lines only, so the run that failed (137) is requeued, not ended FAILED."""
+    job, _, res = jobs["requeue"]
+    logs = job.logs()
+    _spoofed(job.attempt_logs()[0])
+    said = re.findall(r"^nemo-resiliency-plugins: .*", logs, re.M)
+    assert said and not [line for line in said if "must not be restarted" in line], said
+    assert (res.state, res.exit_code, res.restarts) == ("COMPLETED", 0, 1), (res.record, logs[-6000:])
+
+
+def test_the_crash_loop_s_no_restart_reason_is_the_launcher_s_not_the_rank_s(jobs):
+    """The rank printed a no-restart line with another reason (attribution_stop) before NVRx's own (no_progress):
+    the guard's verdict names NVRx's."""
+    job, _, res = jobs["crash-loop"]
+    logs = job.logs()
+    _spoofed(logs)
+    _guard_said(logs, r"NVRx decided the job must not be restarted \(no_progress; step exit code 93: .*")
+    assert (res.state, res.exit_code, res.restarts) == ("FAILED", 93, 0), res.record
+
+
+def test_a_spare_job_whose_ranks_printed_nvrx_s_exit_lines_still_finishes(jobs):
+    """Its ranks printed a launcher's "exit code = 93" line and four "Agent exits with exit code = 0." lines: the
+    spare block counts the launchers' own exit lines only, so the step that srun ended with the lost node's code
+    is still a finished step, not a failure (nor a no-restart verdict)."""
+    job, _, res = jobs["spare"]
+    logs = job.logs()
+    _spoofed(logs)
+    _guard_said(logs, r"step exit code \d+, but every launcher that ended says training finished .*")
+    assert (res.state, res.exit_code, res.restarts) == ("COMPLETED", 0, 0), (res.record, logs[-8000:])

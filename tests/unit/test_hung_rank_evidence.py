@@ -1,5 +1,5 @@
 """Which node held the rank a collective waited for, from the ranks' stack dumps (issue 36): the requeue guard's
-bash (``nrp_hung_rank_node``, core/sbatch/step_verdict.sh) and ``nemo-resiliency report`` (tools/report_stacks.py
+bash (``nrp_hung_rank_node``, core/sbatch/step_verdict.sh) and ``nemo-resiliency report`` (tools/report/stacks.py
 and report_nodes.py) read the same dumps, one in awk, one in Python. Here both read the same logs and must give
 the same node: the log of a real job and variants of it.
 

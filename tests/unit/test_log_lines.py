@@ -27,8 +27,6 @@ def test_every_pattern_has_a_fixture_line_it_matches():
     assert set(patterns) == set(ll.FIXTURES), set(patterns) ^ set(ll.FIXTURES)
     for name, pattern in patterns.items():
         line = ll.FIXTURES[name]
-        if isinstance(pattern, str) and name.startswith("GUARD_ERE_"):
-            pattern = re.compile(pattern)
         if isinstance(pattern, str):
             assert pattern in line, name
         elif name in ll.FULLMATCH:
@@ -45,10 +43,22 @@ def test_a_fixture_line_is_not_matched_by_the_wrong_pattern():
 
 
 def test_the_guard_holds_the_same_extended_regular_expressions():
-    scripts = "\n".join(path.read_text() for path in sorted(SBATCH.glob("*.sh")))
-    for name, value in _patterns().items():
-        if name.startswith("GUARD_ERE_") or name == "GUARD_STRAGGLER_EXIT":
-            assert value in scripts, f"{name} = {value!r} is not in core/sbatch/*.sh"
+    """core/sbatch/log_lines.sh assigns each NRP_RE_* exactly the text of log_lines.GUARD_ERE, no more, no fewer; the
+    other blocks take every pattern from those variables (none writes a launcher-line ERE of its own)."""
+    sh = (SBATCH / "log_lines.sh").read_text()
+    assigned = dict(re.findall(r"^(NRP_RE_\w+)='([^']*)'$", sh, re.M))
+    assert assigned == ll.GUARD_ERE
+    for other in sorted(SBATCH.glob("*.sh")):
+        if other.name != "log_lines.sh":
+            assert not re.search(r"^\s*NRP_RE_\w+=", other.read_text(), re.M), other.name
+
+
+def test_a_launcher_line_is_told_from_a_rank_line_that_quotes_it():
+    launcher = "2026-12-05 10:01:02,345 [INFO] [nrp-node1] [workload:0(0) infra:0(4242)] launcher.py:1 Agent exits"
+    assert ll.is_launcher_line(launcher) and ll.is_launcher_line("1: " + launcher)
+    assert ll.is_launcher_line(ll.FIXTURES["TORCH_GLOG"]) and ll.is_launcher_line("srun: error: n1: task 1: Killed")
+    for quoted in ("[default0]:" + launcher, "1: [default0]:[rank0]:" + launcher, "print: " + launcher):
+        assert not ll.is_launcher_line(quoted), quoted
 
 
 def test_the_readers_use_these_patterns_not_copies():

@@ -53,12 +53,13 @@ nrp_silent_tasks() {  # LOG FROM_BYTE TASKS: prints the silent tasks after the e
   # exit 1: no timeout since FROM_BYTE; exit 2: a rank failed before any timeout (srun's line decides).
   # Heard counts only up to the first launcher exit: ending the step resumes a stopped node (Slurm sends
   # SIGCONT before SIGTERM), which then logs its own late timeout. NVRx's time stamps compare as text.
-  tail -c +"$(( $2 + 1 ))" "$1" 2>/dev/null | awk -v n="$3" '
-    /^[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9] / && match($0, /infra:[0-9]+\(/) {
-      task = substr($0, RSTART + 6, RLENGTH - 7); ts = $1 " " $2
-      if (!t && !f && /Worker group (FAILED|UNHEALTHY)|exited with non-zero/) f = 1
-      if (!t && !f && /has been open for [0-9.]+ seconds|Was out of section for|Did not get [a-z]+ heartbeat/) t = 1
-      if (t && cut == "" && /exit code =|Launcher exiting/) cut = ts
+  tail -c +"$(( $2 + 1 ))" "$1" 2>/dev/null | nrp_awk -v n="$3" '
+    $0 ~ ENVIRON["NRP_RE_LAUNCHER"] && match($0, ENVIRON["NRP_RE_INFRA_TAG"]) {
+      task = substr($0, RSTART + 6, RLENGTH - 7); line = $0; sub(/^ *[0-9]+: /, "", line)
+      split(line, stamp, " "); ts = stamp[1] " " stamp[2]
+      if (!t && !f && $0 ~ ENVIRON["NRP_RE_WORKERS_FAILED"]) f = 1
+      if (!t && !f && $0 ~ ENVIRON["NRP_RE_TIMEOUT"]) t = 1
+      if (t && cut == "" && $0 ~ ENVIRON["NRP_RE_LAUNCHER_EXIT"]) cut = ts
       if (t && (cut == "" || ts <= cut)) heard[task] = 1
     }
     END { if (f) exit 2; if (!t) exit 1; for (i = 0; i < n; i++) if (!(i in heard)) printf "%d ", i }'
@@ -141,7 +142,7 @@ nrp_silent_node_names() {  # the hung nodes the launchers' log shows (see above)
 nrp_exclude_failed_node() {
   local nrp_line nrp_node nrp_why nrp_hung
   # (|| true: the template's `set -e` is on by now, and no such line is a case to handle, not an error)
-  nrp_line=$(grep -m1 -E '^srun: error: [A-Za-z0-9._-]+: tasks? [0-9,-]+: ' "$NRP_SRUN_ERR" 2>/dev/null) || true
+  nrp_line=$(grep -m1 -E "$NRP_RE_SRUN_TASK_ERROR" "$NRP_SRUN_ERR" 2>/dev/null) || true
   nrp_node=$(nrp_silent_node_names)
   if [ -n "$nrp_node" ]; then
     nrp_node=$(printf '%s\n' "$nrp_node" | paste -sd, -)

@@ -27,9 +27,10 @@ NRP_SPARE_HOST_SHIM='nrp_h=0; [ "${SLURM_NODEID:-}" = 0 ] && nrp_h=1; nrp_t=${NR
 # shellcheck disable=SC2016  # the same
 NRP_SPARE_HOST_SHIM+='; exec "$0" --rdzv-conf "is_host=$nrp_h${nrp_t:+,join_timeout=$nrp_t}" "$@"'
 nrp_launchers_finished() {  # COMMAND...: exit 0 when the launcher lines it prints say training finished
+  # (launcher lines only, log_lines.sh: a rank that prints NVRx's exit line is not a launcher that exited)
   local nrp_active=$(( ${SLURM_JOB_NUM_NODES:-1} - ${NRP_SPARE_NODES:-0} ))
-  "$@" | grep -qE "exit code = [1-9]" && return 1
-  [ "$("$@" | grep -cE "Agent exits with exit code = 0\b")" -ge "$nrp_active" ]
+  "$@" | nrp_launcher_lines | grep -qE "$NRP_RE_EXIT_NONZERO" && return 1
+  [ "$("$@" | nrp_launcher_lines | grep -cE "$NRP_RE_EXIT_ZERO")" -ge "$nrp_active" ]
 }
 nrp_spare_finished() {  # the verdict on the last step's whole log (streamed: it can be large)
   nrp_launchers_finished nrp_step_log
@@ -54,7 +55,8 @@ nrp_spare_tail_finished() {  # the same verdict, on the end of the step's log fi
 # with a non-zero code, and with it the rendezvous store: no launcher can go on. A frozen node's task would still
 # hold the step, so this ends it the same way (srun then returns non-zero and the requeue path takes over).
 nrp_store_host_failed() {  # prints the store host launcher's exit code when the end of the log has a non-zero one
-  nrp_step_tails | grep -E "infra:0\(.*exit code = [1-9]" | tail -n 1 | grep -oE "exit code = [0-9]+" | tr -dc 0-9
+  nrp_step_tails | nrp_launcher_lines | grep -E "infra:0\(.*$NRP_RE_EXIT_NONZERO" | tail -n 1 |
+    grep -oE "exit code = [0-9]+" | tr -dc 0-9
 }
 nrp_step_ids() {  # the job's running steps, numbered ones only (not batch or extern), one number per line
   squeue -h -s -j "$SLURM_JOB_ID" -o '%i' 2>/dev/null | awk -F. '$2 ~ /^[0-9]+$/ {print $2}'

@@ -31,11 +31,11 @@ nrp_step_log() {  # what the last launchers' step wrote (its log files from the 
   cat "$NRP_SRUN_ERR" 2>/dev/null
 }
 nrp_no_restart_reason() {  # NVRx's reason (no_progress, attribution_stop, ...) when any launcher gave one
-  nrp_step_log | grep -oE 'NVRx decided the job must not be restarted \([A-Za-z_]+\)' | head -n 1 |
+  nrp_step_log | nrp_launcher_lines | grep -oE "$NRP_RE_NO_RESTART" | head -n 1 |
     sed -E 's/.*\(([A-Za-z_]+)\)$/\1/'
 }
-nrp_straggler_stopped() {  # exit 0 when the step ended on Megatron Bridge's straggler stop
-  nrp_step_log | grep -q 'Exiting program due to straggler detection'
+nrp_straggler_stopped() {  # exit 0 when the step ended on Megatron Bridge's straggler stop (a rank's whole line)
+  nrp_step_log | grep -E "$NRP_RE_RANK" | grep -qE "$NRP_RE_STRAGGLER_STOP"
 }
 # Rank -> node, shared by the awk programs below (prepended to each): a rank's node group is rank / ranks-per-node
 # (per: NVRx's "Using nproc_per_node=N." line, else the job's SLURM_NTASKS_PER_NODE), and that group's launcher is
@@ -43,12 +43,13 @@ nrp_straggler_stopped() {  # exit 0 when the step ended on Megatron Bridge's str
 # of the allocation, host[i + 1]); without such a line, task = group.
 # shellcheck disable=SC2016  # awk's own $0, not the shell's
 NRP_AWK_RANK_NODE='
-function nrp_assignment(line,  task, group) {  # a line of NVRx rank assignment: note which task holds the group
-  if (match(line, /Using nproc_per_node=[0-9]+\./)) per = substr(line, RSTART + 21, RLENGTH - 22) + 0
-  if (!match(line, /infra:[0-9]+\(/)) return ""
+function nrp_assignment(line,  task, group) {  # a launcher line of NVRx rank assignment: which task holds the group
+  if (line !~ ENVIRON["NRP_RE_LAUNCHER"]) return ""
+  if (match(line, ENVIRON["NRP_RE_NPROC"])) per = substr(line, RSTART + 21, RLENGTH - 22) + 0
+  if (!match(line, ENVIRON["NRP_RE_INFRA_TAG"])) return ""
   task = substr(line, RSTART + 6, RLENGTH - 7)
-  if (!match(line, /Assigned active rank [0-9]+/)) return ""
-  group = substr(line, RSTART + 21, RLENGTH - 21); task_of[group] = task
+  if (!match(line, ENVIRON["NRP_RE_ASSIGNED"])) return ""
+  group = substr(line, RSTART + 21, RLENGTH - 21); sub(/ .*/, "", group); task_of[group] = task
   return group
 }
 function nrp_node_of_rank(rank,  group, task) {
@@ -64,11 +65,11 @@ nrp_straggler_nodes() {  # the job's nodes that host the ranks of the last strag
   nrp_hostnames=$(for nrp_h in $nrp_hosts; do
       $NRP_SCONTROL show node "$nrp_h" -o 2>/dev/null | grep -oE 'NodeHostName=[^ ]+' | cut -d= -f2 | head -n 1
     done | paste -sd' ' -)
-  nrp_step_log | awk -v hosts="$nrp_hosts" -v hostnames="$nrp_hostnames" -v per="${SLURM_NTASKS_PER_NODE%%(*}" \
+  nrp_step_log | nrp_awk -v hosts="$nrp_hosts" -v hostnames="$nrp_hostnames" -v per="${SLURM_NTASKS_PER_NODE%%(*}" \
     "$NRP_AWK_RANK_NODE"'
     BEGIN { n = split(hosts, host, " "); split(hostnames, hname, " "); if (per !~ /^[0-9]+$/ || per < 1) per = 1 }
     { nrp_assignment($0) }
-    /STRAGGLER DETECTION WARNING: .*Affected ranks:/ { report = $0 }
+    $0 ~ ENVIRON["NRP_RE_RANK"] && $0 ~ ENVIRON["NRP_RE_STRAGGLER_REPORT"] { report = $0 }
     END {
       rest = report
       while (match(rest, /StragglerId\(rank=[0-9]+, node=.[^,)]*.\)/)) {
@@ -93,15 +94,15 @@ nrp_straggler_nodes() {  # the job's nodes that host the ranks of the last strag
 nrp_hung_rank_node() {  # "<node> <rank>[,<rank>...]" when the last cycle's dumps put the ranks outside on one node
   local nrp_hosts
   nrp_hosts=$($NRP_SCONTROL show hostnames "$SLURM_JOB_NODELIST" | paste -sd' ' -)
-  nrp_step_log | awk -v hosts="$nrp_hosts" -v per="${SLURM_NTASKS_PER_NODE%%(*}" "$NRP_AWK_RANK_NODE"'
+  nrp_step_log | nrp_awk -v hosts="$nrp_hosts" -v per="${SLURM_NTASKS_PER_NODE%%(*}" "$NRP_AWK_RANK_NODE"'
     BEGIN { n = split(hosts, host, " "); if (per !~ /^[0-9]+$/ || per < 1) per = 1; round = -1 }
-    match($0, /Assigned active rank [0-9]+ \(round=[0-9]+\)/) {
+    $0 ~ ENVIRON["NRP_RE_LAUNCHER"] && match($0, ENVIRON["NRP_RE_ASSIGNED"]) {
       r = substr($0, RSTART, RLENGTH); sub(/.*round=/, "", r); sub(/\)/, "", r)
       if (r + 0 != round) { round = r + 0; split("", dumped); split("", indump); split("", threads) }
       nrp_assignment($0); next
     }
-    /Using nproc_per_node=/ { nrp_assignment($0) }
-    match($0, /^\[[A-Za-z_]*[0-9]+\]:\[rank[0-9]+\]:/) {
+    $0 ~ ENVIRON["NRP_RE_NPROC"] { nrp_assignment($0) }
+    match($0, ENVIRON["NRP_RE_RANK_DUMP"]) {
       who = substr($0, 1, RLENGTH); rest = substr($0, RLENGTH + 1); sub(/^ /, "", rest)
       rank = who; sub(/.*\[rank/, "", rank); sub(/\].*/, "", rank)
       if (rest ~ /^Fatal Python error: /) { dumped[rank] = 1; indump[rank] = 1; threads[rank] = 0; next }

@@ -18,7 +18,7 @@ from typing import Any
 
 from nemo_resiliency_plugins.tools.report.files import report_experiment, report_job
 from nemo_resiliency_plugins.tools.report.model import PEER_NOTE, SIGNAL_EXITED, AttemptReport, CycleRow, JobReport
-from nemo_resiliency_plugins.tools.report.parse import parse_attempt
+from nemo_resiliency_plugins.tools.report.parse import LauncherVerdict, launcher_verdict, parse_attempt
 from nemo_resiliency_plugins.tools.report.stamps import launcher_stamp
 
 __all__ = [
@@ -27,7 +27,9 @@ __all__ = [
     "AttemptReport",
     "CycleRow",
     "JobReport",
+    "LauncherVerdict",
     "launcher_stamp",
+    "launcher_verdict",
     "parse_attempt",
     "print_reports",
     "report_experiment",

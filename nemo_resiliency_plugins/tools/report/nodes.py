@@ -105,7 +105,8 @@ def launcher_tasks(log_text: str) -> tuple[dict[int, dict[int, int]], int | None
     tasks: dict[int, dict[int, int]] = {}
     nproc = None
     for line in log_text.splitlines():
-        if (m := ll.NVRX_ASSIGNED.search(line)) and max(map(len, m.groups())) <= 9:  # longer: not a count
+        # A launcher's line only (a rank may print the line too); a longer number is not a count.
+        if ll.is_launcher_line(line) and (m := ll.NVRX_ASSIGNED.search(line)) and max(map(len, m.groups())) <= 9:
             tasks.setdefault(int(m.group(3)), {})[int(m.group(2))] = int(m.group(1))
         elif (m := ll.TORCH_NPROC.fullmatch(line)) and len(m.group(1)) <= 9:
             nproc = int(m.group(1))

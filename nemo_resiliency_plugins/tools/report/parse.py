@@ -34,7 +34,7 @@ from nemo_resiliency_plugins.tools.report.model import (
 from nemo_resiliency_plugins.tools.report.stacks import is_dump_line, rank_stacks
 from nemo_resiliency_plugins.tools.report.stamps import LogClock, iso
 
-__all__ = ["MAX_LINE", "parse_attempt"]
+__all__ = ["MAX_LINE", "LauncherVerdict", "launcher_verdict", "parse_attempt"]
 
 #: The longest line read (characters): every launcher and training_log line is far shorter; a longer one is a
 #: rank's own output (or a crafted file), skipped so that no pattern's search runs over megabytes.
@@ -132,21 +132,22 @@ class _Reader:
             self.first, self.last = self.first or when, when
         if iteration:
             return self._iteration(iteration, when)
-        if m := ll.TORCH_RESTART.search(line):
+        launcher = ll.is_launcher_line(line)  # only a launcher's line says a restart, a failure or a detection
+        if launcher and (m := ll.TORCH_RESTART.search(line)):
             self.cur = max(self.cur, _count(m.group(1)))
             self.rows.setdefault(self.cur, CycleRow(attempt=self.attempt, cycle=self.cur))
             return None
         if m := ll.TORCH_NPROC.fullmatch(line):
             self.nproc = _count(m.group(1))
             return None
-        if m := ll.NVRX_EVENT.search(line):
+        if launcher and (m := ll.NVRX_EVENT.search(line)):
             return self._event(m, when)
         if m := ll.TORCH_PEER_LOST.match(line):
             self.peer_lost.setdefault(self.cur, set()).add((m.group(1), _count(m.group(2))))
             return None
-        if ll.NVRX_ALL_FAILURES.search(line) and self.cur in self.exit_lines:
+        if launcher and ll.NVRX_ALL_FAILURES.search(line) and self.cur in self.exit_lines:
             return self._all_failures(line)
-        return self._rank_or_monitor(line, when)
+        return self._rank_or_monitor(line, when, launcher)
 
     def _iteration(self, iteration, when: dt.datetime) -> None:  # noqa: ANN001 - re.Match
         cur, row = self.cur, self.rows[self.cur]
@@ -219,13 +220,13 @@ class _Reader:
             if row.detected_by is None:
                 self._detect(row, f"rank {how}", global_rank, when)
 
-    def _rank_or_monitor(self, line: str, when: dt.datetime | None) -> None:
+    def _rank_or_monitor(self, line: str, when: dt.datetime | None, launcher: bool) -> None:
         row = self.rows[self.cur]
-        if row.detected_by is None and (found := _detection(line)):
+        if launcher and row.detected_by is None and (found := _detection(line)):
             rank = ll.NVRX_MONITOR_RANK.search(line)
             self._detect(row, found[0], _count(rank.group(1)) if rank else None, when)
             row.open_s = found[1]
-        elif m := ll.TORCH_EXITCODE.search(line):
+        elif launcher and (m := ll.TORCH_EXITCODE.search(line)):
             self._exit(m, line, when)
         elif m := ll.WORKLOAD_INJECTED.search(line):
             row.injected.append(f"{m.group(1)} at step {_count(m.group(2))} on rank {_count(m.group(3))}")
@@ -246,7 +247,7 @@ class _Reader:
             self._straggler_or_signal(line, row, when)
 
     def _straggler_or_signal(self, line: str, row: CycleRow, when: dt.datetime | None) -> None:
-        if m := ll.MB_STRAGGLERS.search(line):
+        if (m := ll.MB_STRAGGLERS.search(line)) and line.endswith("}"):  # Megatron Bridge's whole line, not a quote
             kind = "relative" if m.group(1).startswith("have") else "individual"
             for rank, node in ll.MB_STRAGGLER_ID.findall(line):
                 self.first_straggler.setdefault(self.cur, _count(rank))
@@ -320,3 +321,24 @@ def _name_the_cause(row: CycleRow, exits: list[_Exit], peer_lost: set[tuple[str 
     row.exit_code = cause.code
     if first.detected:
         row.detected_by, row.detected_on_rank = f"rank {_exit_how(cause.code)}", cause.rank
+
+
+class LauncherVerdict(NamedTuple):
+    """What the launchers' own lines of one step say: the requeue guard's reading on the batch host
+    (core/sbatch/step_verdict.sh, spare_nodes.sh), made here from the same lines (tests hold the two to one answer)."""
+
+    no_restart: str | None  # NVRx's reason, when a launcher said the job must not be restarted
+    exits: tuple[int, ...]  # each launcher's exit code, in log order
+
+
+def launcher_verdict(text: str) -> LauncherVerdict:
+    """The no-restart reason and the launchers' exit codes in ``text``, from launcher lines only."""
+    reason, exits = None, []
+    for line in text.splitlines():
+        if not ll.is_launcher_line(line):
+            continue
+        if reason is None and (m := ll.NVRX_NO_RESTART.search(line)):
+            reason = m.group(1)
+        if (m := ll.NVRX_AGENT_EXIT.search(line)) and len(m.group(1)) <= _MAX_DIGITS:
+            exits.append(int(m.group(1)))
+    return LauncherVerdict(reason, tuple(exits))
