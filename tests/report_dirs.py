@@ -16,7 +16,8 @@ GOOD_LOG = (
     "E1205 10:00:05.000000 4242 torch/distributed/elastic/agent/server/api.py:1] failed (exitcode: -9) local_rank: 1"
     " (pid: 7) of binary: python\n"
     "I1205 10:00:05.500000 4242 torch/distributed/elastic/agent/server/api.py:1]   restart_count=1\n"
-    "2026-12-05 10:00:07,000 [INFO] [nrp-node1] [workload:?(?) infra:0(4242)] profiling.py:93   - Cycle: 1 Event: worker_start_completed Node: nrp-node1_4242_0 Rank: 0 "
+    "2026-12-05 10:00:07,000 [INFO] [nrp-node1] [workload:?(?) infra:0(4242)] profiling.py:93   - "
+    "Cycle: 1 Event: worker_start_completed Node: nrp-node1_4242_0 Rank: 0 "
     "Time: 2026-12-05 10:00:07.000000\n"
     "[default0]:[rank0] FINISHED step=40 params_sha256=ab\n"
 )

@@ -57,7 +57,8 @@ def test_a_restart_just_after_new_year_takes_seconds():
         "E0101 00:00:01.000000 4242 torch/distributed/elastic/agent/server/api.py:1] failed (exitcode: -9) "
         "local_rank: 1 (pid: 7) of binary: python\n"
         "I0101 00:00:02.000000 4242 torch/distributed/elastic/agent/server/api.py:1]   restart_count=1\n"
-        "2027-01-01 00:00:03,000 [INFO] [nrp-node1] [workload:?(?) infra:0(4242)] profiling.py:93   - Cycle: 1 Event: worker_start_completed Node: h_4242_0 Rank: 0 "
+        "2027-01-01 00:00:03,000 [INFO] [nrp-node1] [workload:?(?) infra:0(4242)] profiling.py:93   - "
+        "Cycle: 1 Event: worker_start_completed Node: h_4242_0 Rank: 0 "
         "Time: 2027-01-01 00:00:03.000000\n"
     )
     report = parse_attempt(log)
@@ -76,7 +77,8 @@ def test_torch_lines_before_the_first_dated_line_belong_to_the_year_before():
 @pytest.mark.parametrize(
     "bad",
     [
-        "2026-13-45 10:00:00,000 [INFO] [nrp-node1] [workload:?(?) infra:0(4242)] launcher.py:1 month 13",  # an impossible NVRx stamp
+        # an impossible NVRx stamp
+        "2026-13-45 10:00:00,000 [INFO] [nrp-node1] [workload:?(?) infra:0(4242)] x.py:1 month 13",
         "E1345 10:00:05.000000 4242 torch/distributed/elastic/agent/server/api.py:1] restart_count=0",
         "[default0]:[rank0] FINISHED step=" + "9" * 5000,  # a number past Python's int() digit limit
         "x" * 70000 + " FINISHED step=1",  # a line longer than any launcher writes
