@@ -50,7 +50,7 @@ from typing import Any
 
 import nemo_run as run
 
-from nemo_resiliency_plugins.core import front_program, task_config
+from nemo_resiliency_plugins.core import executor_config, front_program, task_config
 from nemo_resiliency_plugins.core.validation import Checker, KnownKeywords
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
 
@@ -183,6 +183,7 @@ class AsyncCheckpointPlugin(KnownKeywords, run.Plugin):
 
     def setup(self, task: run.Partial | run.Script, executor: run.Executor) -> None:
         name = type(self).__name__
+        executor_config.claim_plugin(executor, self)  # two of this plugin on one job must agree
         front_program.check_script_entrypoint(task, plugin=name)
         if self.script_args_converter_fn is None:
             self._check_format(task, name)

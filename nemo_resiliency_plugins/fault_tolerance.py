@@ -271,6 +271,7 @@ class FaultTolerancePlugin(KnownKeywords, run.Plugin):
         if not isinstance(self.nvrx_config, dict):
             check.fail("nvrx_config", self.nvrx_config, "a dict of NVRx FaultToleranceConfig keys to values, or None")
         known, source = nvrx_launcher.config_keys()
+        types = nvrx_launcher.config_key_types()
         for key, value in self.nvrx_config.items():
             if not isinstance(key, str) or key not in known:
                 close = difflib.get_close_matches(str(key), sorted(known), n=1)
@@ -292,11 +293,15 @@ class FaultTolerancePlugin(KnownKeywords, run.Plugin):
             finite = not isinstance(value, float) or math.isfinite(value)
             if value is not None and (type(value) not in (bool, int, float, str) or not finite):
                 check.fail(f"nvrx_config[{key!r}]", value, "a bool, int, float, string or None (one YAML scalar)")
+            problem = nvrx_launcher.value_problem(types[key], value) if key in types else None
+            if problem is not None:
+                check.fail(f"nvrx_config[{key!r}]", value, problem)
 
     # ------------------------------------------------------------------------------------------- setup
 
     def setup(self, task: run.Partial | run.Script, executor: run.Executor) -> None:
         name = type(self).__name__
+        executor_config.claim_plugin(executor, self)  # two of this plugin on one job must agree
         front_program.check_script_entrypoint(task, plugin=name)
         iteration_file = self._iteration_file(
             autoresume.ensure_autoresume(
@@ -313,7 +318,7 @@ class FaultTolerancePlugin(KnownKeywords, run.Plugin):
         )
         guard_known_bugs(task, plugin=name)  # Megatron-Bridge#5711 (known_bugs.py)
         # Before the launcher: spares make the launch multi-node (rendezvous port, infrastructure ranks).
-        executor_config.add_spare_nodes(executor, self.spare_nodes, plugin=name, field="spare_nodes")
+        executor_config.add_spare_nodes(executor, self.spare_nodes, plugin=name, field="spare_nodes", task=task)
         heartbeats = self.workload_style == "heartbeats"
         launcher_settings: dict[str, Any] = dict(
             workload_check_interval=self.workload_check_interval,

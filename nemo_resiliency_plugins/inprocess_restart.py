@@ -243,6 +243,7 @@ class InProcessRestartPlugin(KnownKeywords, run.Plugin):
 
     def setup(self, task: run.Partial | run.Script, executor: run.Executor) -> None:
         name = type(self).__name__
+        executor_config.claim_plugin(executor, self)  # two of this plugin on one job must agree
         if not self.enabled:
             task_config.set_config_fields(task, "inprocess_restart", {"enabled": False}, plugin=name)
             return
@@ -337,7 +338,7 @@ class InProcessRestartPlugin(KnownKeywords, run.Plugin):
         if self.active_world_size is None:
             return 0
         kind = executor_config.executor_kind(executor)
-        nodes = executor_config.node_count(executor)
+        nodes = executor_config.training_node_count(executor)
         try:
             per_node = int(executor.nproc_per_node())
             if nodes is None:

@@ -196,6 +196,7 @@ class LocalCheckpointPlugin(KnownKeywords, run.Plugin):
 
     def setup(self, task: run.Partial | run.Script, executor: run.Executor) -> None:
         name = type(self).__name__
+        executor_config.claim_plugin(executor, self)  # two of this plugin on one job must agree
         front_program.check_script_entrypoint(task, plugin=name)
         if self.replication:
             self._check_replication(executor, name)
@@ -247,14 +248,14 @@ class LocalCheckpointPlugin(KnownKeywords, run.Plugin):
         )
 
     def _check_replication(self, executor: Any, name: str) -> None:
-        nodes, per_node = executor_config.node_count(executor), _ranks_per_node(executor)
+        nodes, per_node = executor_config.training_node_count(executor), _ranks_per_node(executor)
         jump, factor = self.replication_jump, self.replication_factor
         if nodes is not None and factor > nodes:
             raise ResiliencyConfigError(
                 name,
                 "replication_factor",
                 factor,
-                f"at most the job's node count ({nodes}, executor.nodes)",
+                f"at most the job's training node count ({nodes}: executor.nodes, hot spares not counted)",
                 detail="replicas of a shard must sit on different nodes to survive the loss of one; with more "
                 "replicas than nodes, some are on the node that is lost",
             )

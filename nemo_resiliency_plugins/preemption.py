@@ -180,6 +180,7 @@ class PreemptionPlugin(KnownKeywords, run.Plugin):
 
     def setup(self, task: run.Partial | run.Script, executor: run.Executor) -> None:
         name = type(self).__name__
+        executor_config.claim_plugin(executor, self)  # two of this plugin on one job must agree
         if task_config.read_config_field(
             task, "inprocess_restart", "enabled", plugin=name
         ) is True or executor_config.get_env(task, executor, "NRP_INPROCESS_RESTART_PLUGIN"):

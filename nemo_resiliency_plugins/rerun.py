@@ -63,7 +63,7 @@ from typing import Any
 
 import nemo_run as run
 
-from nemo_resiliency_plugins.core import front_program, task_config
+from nemo_resiliency_plugins.core import executor_config, front_program, task_config
 from nemo_resiliency_plugins.core.validation import Checker, KnownKeywords
 
 logger = logging.getLogger(__name__)
@@ -174,6 +174,7 @@ class RerunStateMachinePlugin(KnownKeywords, run.Plugin):
 
     def setup(self, task: run.Partial | run.Script, executor: run.Executor) -> None:
         name = type(self).__name__
+        executor_config.claim_plugin(executor, self)  # two of this plugin on one job must agree
         front_program.check_script_entrypoint(task, plugin=name)
         task_config.set_config_fields(
             task,

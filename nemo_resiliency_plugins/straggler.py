@@ -165,6 +165,7 @@ class StragglerDetectionPlugin(KnownKeywords, run.Plugin):
 
     def setup(self, task: run.Partial | run.Script, executor: run.Executor) -> None:
         name = type(self).__name__
+        executor_config.claim_plugin(executor, self)  # two of this plugin on one job must agree
         front_program.check_script_entrypoint(task, plugin=name)
         if self.enabled:
             self._refuse_legacy_detector(task, name)

@@ -22,7 +22,11 @@ from typing import Any
 import nemo_run as run
 from nemo_run.core.execution.launcher import FaultTolerance, Launcher, Torchrun
 
-from nemo_resiliency_plugins.core.executors import for_executor, node_count  # noqa: F401  (node_count: for plugins)
+from nemo_resiliency_plugins.core.executors import (  # noqa: F401  (node counts: for plugins)
+    for_executor,
+    node_count,
+    training_node_count,
+)
 from nemo_resiliency_plugins.core.slurm_script import (  # noqa: F401  (the sbatch-script blocks, re-exported)
     forward_batch_signal_to_tasks,
     guard_ft_requeue,
@@ -142,6 +146,29 @@ def _claims(executor: Any) -> dict[str, tuple[Any, str]]:
         claims = {}
         executor.__dict__[_CLAIMS_ATTR] = claims
     return claims
+
+
+def claim_plugin(executor: Any, plugin: Any) -> None:
+    """Record that ``plugin`` set up this job; a second plugin of the same class with other settings is an error
+    naming both. Identical ones are one (a plugin listed twice is harmless); differing ones would each write part
+    of the job (``FaultTolerancePlugin(spare_nodes=1)`` beside a plain one: spares and the silent-node timeout that
+    must stay off with them), and which part wins would depend on their order."""
+    name = type(plugin).__name__
+    mine = {f.name: getattr(plugin, f.name) for f in dataclasses.fields(plugin) if f.init}
+    claims = _claims(executor)
+    key = f"plugin:{type(plugin).__module__}.{name}"
+    if key in claims and claims[key][0] != mine:
+        theirs = claims[key][0]
+        differ = [f for f in mine if mine[f] != theirs.get(f)]
+        shown = ", ".join(f"{f}={theirs.get(f)!r} vs {mine[f]!r}" for f in differ[:4])
+        raise ResiliencyConfigError(
+            name,
+            differ[0],
+            mine[differ[0]],
+            f"the same settings as the other {name} on this job, or one {name}",
+            detail=f"two {name}s with different settings on one job ({shown}): remove one or make them agree",
+        )
+    claims[key] = (mine, name)
 
 
 def set_retries(executor: Any, retries: int, *, plugin: str, field: str, default: int | None = None) -> None:
@@ -386,13 +413,14 @@ def set_infrastructure_rank(task: Any, executor: Any, *, plugin: str) -> None:
         )
 
 
-def add_spare_nodes(executor: Any, spares: int, *, plugin: str, field: str) -> None:
+def add_spare_nodes(executor: Any, spares: int, *, plugin: str, field: str, task: Any = None) -> None:
     """Hold ``spares`` nodes as NVRx hot spares (Slurm: the allocation, srun's flags and ft_launcher's ``--nnodes``
     range; refused elsewhere by the executor's rules). Call before the launcher is installed: a one-node job with a
     spare is a multi-node launch (its rendezvous port and infrastructure ranks follow from the node count)."""
     if spares == 0:
         return
-    for_executor(executor, plugin=plugin).add_spare_nodes(spares, plugin=plugin, field=field)
+    task_env = dict(task.env or {}) if isinstance(task, run.Script) else None
+    for_executor(executor, plugin=plugin).add_spare_nodes(spares, plugin=plugin, field=field, task_env=task_env)
 
 
 def install_spare_nodes_block(executor: Any, spares: int, *, plugin: str) -> None:

@@ -16,8 +16,10 @@ import ast
 import functools
 import importlib.util
 import json
+import math
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from nemo_run.core.execution.launcher import FaultTolerance
 
@@ -124,6 +126,52 @@ def config_keys() -> tuple[frozenset[str], str]:
             if keys:
                 return frozenset(keys), f"NVRx's {_CONFIG_CLASS} in {path}"
     return TESTED_CONFIG_KEYS, f"no {_CONFIG_CLASS} with fields in {path}: the tested NVRx 0.7.0's keys"
+
+
+def config_key_types() -> dict[str, str]:
+    """Each field of the installed NVRx's ``FaultToleranceConfig`` -> its annotation as written (``"bool"``,
+    ``"Optional[float]"``), read from its source like :func:`config_keys`; empty when the class cannot be read."""
+    path = _installed_nvrx_file(_CONFIG_SOURCE)
+    try:
+        tree = ast.parse(path.read_text()) if path is not None else None
+    except (OSError, SyntaxError):
+        tree = None
+    for node in tree.body if tree is not None else []:
+        if isinstance(node, ast.ClassDef) and node.name == _CONFIG_CLASS:
+            return {
+                item.target.id: ast.unparse(item.annotation)
+                for item in node.body
+                if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
+            }
+    return {}
+
+
+#: The largest integer a config value may be (NVRx's counters and intervals; YAML and C longs hold it).
+MAX_CONFIG_INT = 2**63 - 1
+
+
+def value_problem(annotation: str, value: Any) -> str | None:
+    """What ``value`` must be for a field annotated ``annotation`` (None: it fits). NVRx casts nothing: a YAML
+    ``"false"`` reaches a bool field as a truthy string, ``"abc"`` a float field as text."""
+    text = annotation.replace(" ", "")
+    optional = text.startswith("Optional[") or "None" in text.split("|")
+    base = text.removeprefix("Optional[").removesuffix("]") if text.startswith("Optional[") else text.split("|")[0]
+    if value is None:
+        return None if optional else f"a {base} ({annotation}: None is not allowed)"
+    is_int = isinstance(value, int) and not isinstance(value, bool)
+    checks = {
+        "bool": (isinstance(value, bool), "True or False (a YAML bool, not a string)"),
+        "int": (is_int and abs(value) <= MAX_CONFIG_INT, f"an integer of at most {MAX_CONFIG_INT}"),
+        "float": (
+            (is_int and abs(value) <= MAX_CONFIG_INT) or (isinstance(value, float) and math.isfinite(value)),
+            "a finite number",
+        ),
+        "str": (isinstance(value, str), "a string"),
+    }
+    if base not in checks:
+        return None
+    ok, allowed = checks[base]
+    return None if ok else allowed + (" or None" if optional else "") + f" (NVRx's field is {annotation})"
 
 
 def launcher(

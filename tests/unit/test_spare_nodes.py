@@ -44,6 +44,11 @@ def test_the_plugin_applied_again_leaves_a_grown_allocation_as_it_is(tmp_path):
     executor = _setup(_setup(slurm(tmp_path), spare_nodes=2), spare_nodes=2)
     assert (executor.nodes, executor.srun_args.count("--wait=0")) == (3, 1)
     assert executor.setup_lines.count("# nemo-resiliency-plugins: spare nodes") == 1
+    # NeMo-Run reloads a saved executor without the plugins' claims (kept off its fields): the spare count itself
+    # refuses a disagreeing plugin; on the same object, the claim of the first plugin refuses it first.
+    with pytest.raises(ResiliencyConfigError, match=r"two FaultTolerancePlugins .*spare_nodes=2 vs 1"):
+        _setup(executor, spare_nodes=1)
+    executor.__dict__.pop("_nrp_claims")
     with pytest.raises(ResiliencyConfigError, match=r"already holds 2 spare node\(s\)"):
         _setup(executor, spare_nodes=1)
 

@@ -62,6 +62,20 @@ def missing_executor_classes() -> list[str]:
     return [name for name in RULES_BY_NAME if name not in present]
 
 
+def training_node_count(executor: Any) -> int | None:
+    """The nodes the job *trains* on: :func:`node_count` less the hot spares ``FaultTolerancePlugin(spare_nodes=...)``
+    added (``NRP_SPARE_NODES``, set when it grows the allocation). A check of the world size (replication, warm
+    reserves) counts these, whichever order the plugins ran in: before FT grew the allocation ``executor.nodes`` is
+    the training nodes, after it the training nodes plus the spares."""
+    from nemo_resiliency_plugins.core.executors.slurm import SPARE_NODES_ENV
+
+    nodes = node_count(executor)
+    spares = str((getattr(executor, "env_vars", None) or {}).get(SPARE_NODES_ENV, "0"))
+    if nodes is None or not spares.isdigit():
+        return nodes
+    return nodes - int(spares) if int(spares) < nodes else nodes
+
+
 #: Executors refused by class name, with the reason and the alternative.
 REFUSED: dict[str, str] = {
     "KubeRayExecutor": (
@@ -114,4 +128,5 @@ __all__ = [
     "missing_executor_classes",
     "nemo_run_version",
     "node_count",
+    "training_node_count",
 ]

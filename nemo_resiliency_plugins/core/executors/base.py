@@ -147,7 +147,7 @@ class ExecutorRules:
     def check_fault_tolerance(self, plugin: str) -> None:
         """Refuse, by name with the reason and the alternative, what cannot work here. Default: nothing."""
 
-    def add_spare_nodes(self, spares: int, *, plugin: str, field: str) -> None:
+    def add_spare_nodes(self, spares: int, *, plugin: str, field: str, task_env: dict | None = None) -> None:
         """Hold ``spares`` nodes more than the job trains on, as NVRx hot spares. Only Slurm implements it."""
         raise ResiliencyConfigError(
             plugin,

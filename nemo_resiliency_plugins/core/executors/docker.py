@@ -120,7 +120,16 @@ class DockerRules(ExecutorRules):
             kwargs["entrypoint"] = list(command)
             return
         if isinstance(current, str):
-            current = shlex.split(current)
+            try:
+                current = shlex.split(current)  # docker-py splits a string entrypoint the same way
+            except ValueError as err:  # a stray quote: shlex's "No closing quotation"
+                raise ResiliencyConfigError(
+                    plugin,
+                    "executor.additional_kwargs['entrypoint']",
+                    current,
+                    "a list of strings, or a string the shell can split into words",
+                    detail=f"DockerExecutor: shlex cannot split it ({err})",
+                ) from None
         if not isinstance(current, (list, tuple)) or not all(isinstance(part, str) for part in current):
             raise ResiliencyConfigError(
                 plugin, "executor.additional_kwargs['entrypoint']", current, "a list of strings or a string"

@@ -41,6 +41,54 @@ SPARE_SECONDS_ENV: dict[str, tuple[int, str]] = {
 
 logger = logging.getLogger(__name__)
 
+#: srun's short options that take a value (required or optional: the rest of the word is that value), from srun's
+#: getopt string; ``K`` (--kill-on-bad-exit) and ``W`` (--wait) are the two the spare block sets.
+_SRUN_SHORT_VALUE = frozenset("AbBcCdDeEgGiIJkKLmMnNopqStTwWx")
+_SRUN_SHORT_REQUIRED = frozenset("AbBcCdDeEgGiJLmMnNopqStTwWx")
+_STEP_LONG = ("kill-on-bad-exit", "wait")
+
+
+def srun_step_flags(srun_args: Any, *, plugin: str) -> list[str]:
+    """The words of ``srun_args`` that set srun's ``--kill-on-bad-exit`` or ``--wait``, parsed as srun does.
+
+    NeMo-Run writes each element verbatim onto the srun line, so an element with spaces is several words: it is
+    split as the shell would (a quote the shell cannot close is refused). Long options in every form srun's
+    getopt_long takes (``--wait=5``, ``--wait 5``, an unambiguous prefix such as ``--kill``), short ones alone, with
+    their value joined (``-K1``, ``-W30``) or inside a cluster of flags (``-lK``)."""
+    import shlex
+
+    words: list[str] = []
+    for element in srun_args:
+        try:
+            words += shlex.split(str(element))
+        except ValueError as err:
+            raise ResiliencyConfigError(
+                plugin,
+                "executor.srun_args",
+                element,
+                "srun options the shell can split into words",
+                detail=f"NeMo-Run writes each element onto the srun line as it is; shlex cannot split it ({err})",
+            ) from None
+    found: list[str] = []
+    takes_value = False
+    for word in words:
+        if takes_value:  # the value of the previous short option (``-W 30``, ``-p K80``)
+            takes_value = False
+            continue
+        if word.startswith("--") and len(word) > 2:
+            name = word[2:].split("=", 1)[0]
+            if len(name) >= 3 and any(long.startswith(name) for long in _STEP_LONG):
+                found.append(word)
+        elif word.startswith("-") and len(word) > 1:
+            for i, char in enumerate(word[1:]):
+                if char in "KW":
+                    found.append(word)
+                    break
+                if char in _SRUN_SHORT_VALUE:  # the rest of the word is this option's value
+                    takes_value = char in _SRUN_SHORT_REQUIRED and i == len(word) - 2
+                    break
+    return found
+
 
 @dataclass(kw_only=True)
 class SlurmRules(ExecutorRules):
@@ -109,23 +157,41 @@ class SlurmRules(ExecutorRules):
             default,
         )
 
-    def add_spare_nodes(self, spares: int, *, plugin: str, field: str) -> None:
+    def add_spare_nodes(self, spares: int, *, plugin: str, field: str, task_env: dict | None = None) -> None:
         """The allocation grows by ``spares`` nodes; srun keeps the step when one node's task dies
         (``--kill-on-bad-exit=0 --wait=0`` after NeMo-Run's ``--kill-on-bad-exit=1 --wait=60``: the last flag wins);
         ``NRP_SPARE_NODES`` tells the sbatch block (``sbatch/spare_nodes.sh``) how many of the nodes are spares, so
         that ft_launcher gets ``--nnodes <active>:<all>``. A saved experiment's executor, already grown, is left
-        as it is (the env var says so)."""
+        as it is (the env var says so). The ``NRP_SPARE_*`` settings are checked wherever the user set them,
+        ``executor.env_vars`` or the task's ``run.Script(env=...)`` (``task_env``), by the same rule."""
         executor = self.executor
         env = executor.env_vars
-        for name, (upper, what) in SPARE_SECONDS_ENV.items():
-            value = env.get(name)
-            # The block compares them in bash arithmetic or hands them to NVRx: anything but whole seconds would keep
-            # a frozen node's step for good, or fail every launcher's first rendezvous.
-            if value is not None and not (re.fullmatch(r"[1-9][0-9]{0,5}", str(value)) and int(value) <= upper):
+        sources = [("executor.env_vars", env), ("task.env", task_env or {})]
+        for where, values in sources:
+            for name, (upper, what) in SPARE_SECONDS_ENV.items():
+                value = values.get(name)
+                # The block compares them in bash arithmetic or hands them to NVRx: anything but whole seconds would
+                # keep a frozen node's step for good, or fail every launcher's first rendezvous.
+                if value is not None and not (re.fullmatch(r"[1-9][0-9]{0,5}", str(value)) and int(value) <= upper):
+                    raise ResiliencyConfigError(
+                        plugin, f"{where}[{name!r}]", value, f"a whole number of seconds from 1 to {upper}",
+                        detail=what,
+                    )  # fmt: skip
+        for name in (SPARE_NODES_ENV, *SPARE_SECONDS_ENV):
+            if task_env and name in task_env and str(env.get(name)) != str(task_env[name]):
                 raise ResiliencyConfigError(
-                    plugin, f"executor.env_vars[{name!r}]", value, f"a whole number of seconds from 1 to {upper}",
-                    detail=what,
-                )  # fmt: skip
+                    plugin,
+                    f"task.env[{name!r}]",
+                    task_env[name],
+                    f"unset: {plugin}.{field} sets it"
+                    if name == SPARE_NODES_ENV
+                    else f"unset, or the value {name} has in executor.env_vars (set it there)",
+                    detail=(
+                        "the spare-nodes block runs in the sbatch script, before srun, and reads executor.env_vars; "
+                        "a run.Script(env=...) value reaches only the ranks"
+                        + (f", and disagrees with executor.env_vars ({env[name]!r})" if name in env else "")
+                    ),
+                )
         if env.get(SPARE_NODES_ENV) == str(spares):
             return
         if SPARE_NODES_ENV in env:
@@ -136,8 +202,7 @@ class SlurmRules(ExecutorRules):
                 f"the executor's own count, {env[SPARE_NODES_ENV]}",
                 detail=f"the executor already holds {env[SPARE_NODES_ENV]} spare node(s) ({SPARE_NODES_ENV}); set one",
             )
-        step_flags = ("--kill-on-bad-exit", "-K", "--wait", "-W")
-        user = [a for a in executor.srun_args or [] if str(a).split("=")[0] in step_flags]
+        user = srun_step_flags(executor.srun_args or [], plugin=plugin)
         if user:
             raise ResiliencyConfigError(
                 plugin,

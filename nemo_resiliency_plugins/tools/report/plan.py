@@ -128,24 +128,26 @@ def _save_interval(job: JobReport) -> int | None:
 
 
 def saved_plugins(job_dir: str | Path) -> list[Any] | None:
-    """The plugins NeMo-Run saved with the job of ``job_dir`` (its experiment's ``_CONFIG``, beside or above it), or
-    None when there is no saved experiment to read them from."""
-    from nemo_resiliency_plugins.errors import ResiliencyConfigError
-    from nemo_resiliency_plugins.tools.doctor import jobs_from_experiment_dir
+    """The plugins NeMo-Run saved with the job of ``job_dir`` (its experiment's ``_TASKS``, beside or above it), or
+    None when there is no saved experiment to read them from.
+
+    Read as data (:mod:`nemo_resiliency_plugins.tools.saved_plugins`): only this package's own plugin classes are
+    rebuilt, from plain field values; nothing the directory names is imported or called (NeMo-Run's loader would
+    build whatever its ``_CONFIG``/``_TASKS`` name)."""
+    from nemo_resiliency_plugins.tools.saved_plugins import saved_jobs
 
     job_dir = Path(job_dir)
     exp_dir = next((d for d in (job_dir, job_dir.parent) if (d / "_CONFIG").is_file()), None)
     if exp_dir is None:
         return None
-    try:
-        jobs = jobs_from_experiment_dir(str(exp_dir))
-    except ResiliencyConfigError:
+    jobs = saved_jobs(exp_dir)
+    if not jobs:
         return None
     if len(jobs) == 1:
-        return jobs[0][2]
-    for _task, executor, plugins in jobs:  # several jobs: the one whose directory this is
-        if Path(str(getattr(executor, "job_dir", "") or "")).name == job_dir.name:
-            return plugins
+        return jobs[0].plugins
+    for job in jobs:  # several jobs: the one whose directory this is
+        if job.job_dir is not None and Path(job.job_dir).name == job_dir.name:
+            return job.plugins
     return None
 
 
