@@ -51,6 +51,7 @@ from typing import Any
 import nemo_run as run
 
 from nemo_resiliency_plugins.core import front_program, task_config
+from nemo_resiliency_plugins.core.known_bugs import guard_known_bugs
 from nemo_resiliency_plugins.core.validation import Checker, KnownKeywords
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
 
@@ -196,6 +197,7 @@ class AsyncCheckpointPlugin(KnownKeywords, run.Plugin):
         )
         if self.script_args_converter_fn is None:  # a custom script's own arguments cannot be read back
             self._check_save_dir(task, name)
+        guard_known_bugs(task, plugin=name)  # Megatron-Bridge#5842 (known_bugs.py)
 
     def _check_format(self, task: Any, name: str) -> None:
         """The task's own checkpoint format, named with the plugin's (before the generic conflict message)."""

@@ -68,6 +68,7 @@ def missing_executor_classes() -> list[str]:
     present = {cls.__name__ for cls in executor_classes()}
     return [name for name in RULES_BY_NAME if name not in present]
 
+
 #: Executors refused by class name, with the reason and the alternative.
 REFUSED: dict[str, str] = {
     "KubeRayExecutor": (
