@@ -428,7 +428,10 @@ class InprocessAbortKeepsNvrxResultsQueue(KnownBug):
     def avoided(self, task: Any) -> str | None:
         strategy = _field(task, "checkpoint", "async_strategy")
         if isinstance(strategy, str) and strategy.strip().lower() == "mcore":
-            return "checkpoint.async_strategy='mcore': the writer reports into Megatron Core's queue, which the abort resets"
+            return (
+                "checkpoint.async_strategy='mcore': the writer reports into Megatron Core's queue, which the abort "
+                "resets"
+            )
         return None
 
 
@@ -554,7 +557,8 @@ class Finding:
     @property
     def line(self) -> str:
         if self.avoided and self.detection.status != "fixed":
-            return f"{self.bug.ref} ({self.bug.title}) is {self.detection.status} in {self.detection.basis}; avoided: {self.avoided}"
+            where = f"{self.detection.status} in {self.detection.basis}"
+            return f"{self.bug.ref} ({self.bug.title}) is {where}; avoided: {self.avoided}"
         if self.detection.status == "fixed":
             return f"{self.bug.ref} ({self.bug.title}): fixed in the installed code ({self.detection.basis})"
         if self.detection.status == "unknown":
