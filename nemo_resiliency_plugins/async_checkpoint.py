@@ -235,7 +235,7 @@ class AsyncCheckpointPlugin(KnownKeywords, run.Plugin):
 
     def config_values(self) -> dict[str, Any]:
         """``checkpoint.<field>`` -> value, with Megatron Bridge's field types; ``async_strategy`` only where the
-        installed ``CheckpointConfig`` has that field (:func:`has_async_strategy`)."""
+        installed ``CheckpointConfig`` has that field (``has_async_strategy()``)."""
         values = self._all_values()
         if not has_async_strategy():
             del values["async_strategy"]
@@ -261,7 +261,7 @@ class AsyncCheckpointPlugin(KnownKeywords, run.Plugin):
 
 def has_async_strategy() -> bool:
     """The installed Megatron Bridge's ``CheckpointConfig`` has ``async_strategy`` (read from its source,
-    :mod:`~nemo_resiliency_plugins.core.config_fields`); True where that source is not on this host (Megatron Bridge
+    ``core/config_fields.py``); True where that source is not on this host (Megatron Bridge
     0.6.2, the tested version, has it)."""
     fields = config_fields.megatron_bridge_fields("CheckpointConfig")
     return fields is None or "async_strategy" in fields
