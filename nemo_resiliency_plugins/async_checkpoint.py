@@ -50,7 +50,8 @@ from typing import Any
 
 import nemo_run as run
 
-from nemo_resiliency_plugins.core import executor_config, front_program, task_config
+from nemo_resiliency_plugins.core import config_fields, executor_config, front_program, task_config
+from nemo_resiliency_plugins.core.known_bugs import guard_known_bugs
 from nemo_resiliency_plugins.core.validation import Checker, KnownKeywords
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
 
@@ -147,6 +148,14 @@ class AsyncCheckpointPlugin(KnownKeywords, run.Plugin):
     def __post_init__(self) -> None:
         check = Checker(type(self).__name__)
         check.choice("async_strategy", self.async_strategy, ASYNC_STRATEGIES)
+        if not has_async_strategy() and self.async_strategy != "nvrx":
+            check.fail(
+                "async_strategy",
+                self.async_strategy,
+                "'nvrx' (the only writer) with the installed Megatron Bridge",
+                detail="its CheckpointConfig has no async_strategy field (Megatron Core's own async saver was removed; "
+                "NVRx's writer is the only one), so the plugin does not emit it",
+            )
         check.boolean("use_persistent_ckpt_worker", self.use_persistent_ckpt_worker)
         if not self.use_persistent_ckpt_worker:
             check.fail(
@@ -197,6 +206,7 @@ class AsyncCheckpointPlugin(KnownKeywords, run.Plugin):
         )
         if self.script_args_converter_fn is None:  # a custom script's own arguments cannot be read back
             self._check_save_dir(task, name)
+        guard_known_bugs(task, plugin=name)  # Megatron-Bridge#5842 (known_bugs.py)
 
     def _check_format(self, task: Any, name: str) -> None:
         """The task's own checkpoint format, named with the plugin's (before the generic conflict message)."""
@@ -225,7 +235,14 @@ class AsyncCheckpointPlugin(KnownKeywords, run.Plugin):
             )
 
     def config_values(self) -> dict[str, Any]:
-        """``checkpoint.<field>`` -> value, with Megatron Bridge's field types."""
+        """``checkpoint.<field>`` -> value, with Megatron Bridge's field types; ``async_strategy`` only where the
+        installed ``CheckpointConfig`` has that field (``has_async_strategy()``)."""
+        values = self._all_values()
+        if not has_async_strategy():
+            del values["async_strategy"]
+        return values
+
+    def _all_values(self) -> dict[str, Any]:
         return {
             "ckpt_format": self.ckpt_format,
             "async_save": True,
@@ -240,7 +257,15 @@ class AsyncCheckpointPlugin(KnownKeywords, run.Plugin):
         }
 
     def script_args(self) -> AsyncCheckpointPluginScriptArgs:
-        return AsyncCheckpointPluginScriptArgs(**self.config_values())
+        return AsyncCheckpointPluginScriptArgs(**self._all_values())
+
+
+def has_async_strategy() -> bool:
+    """The installed Megatron Bridge's ``CheckpointConfig`` has ``async_strategy`` (read from its source,
+    ``core/config_fields.py``); True where that source is not on this host (Megatron Bridge
+    0.6.2, the tested version, has it)."""
+    fields = config_fields.megatron_bridge_fields("CheckpointConfig")
+    return fields is None or "async_strategy" in fields
 
 
 __all__ = ["AsyncCheckpointPlugin", "AsyncCheckpointPluginScriptArgs"]

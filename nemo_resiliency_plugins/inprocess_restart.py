@@ -61,6 +61,25 @@ from nemo_resiliency_plugins.errors import ResiliencyConfigError
 
 logger = logging.getLogger(__name__)
 
+#: NVRx's own notice (``docs/source/release-notes.md`` of nvidia-resiliency-ext: v0.6 "deprecated", v0.7 "remains
+#: deprecated. New deployments should use in-job restart"). The plugin keeps working; users are told where the
+#: supported path is. ``doctor`` and ``explain`` print :func:`deprecation_notice`, so the text lives here only.
+NVRX_DEPRECATION = (
+    "NVRx deprecates in-process restart (nvidia-resiliency-ext release notes, v0.6 and v0.7: it is no longer the "
+    "focus of the fast-restart solution, bug fixes case by case; new deployments should use in-job restart "
+    "through ft_launcher)"
+)
+ALTERNATIVE = (
+    "FaultTolerancePlugin's in-job restart (num_in_job_restarts, a new worker group in the same job) with "
+    "spare_nodes=k hot spares for a lost node"
+)
+
+
+def deprecation_notice() -> str:
+    """What a user of this plugin is told at set-up, by ``doctor`` and by ``explain``."""
+    return f"{NVRX_DEPRECATION}. It still works here; the supported alternative is {ALTERNATIVE}"
+
+
 # Megatron Bridge's DistributedInitConfig.distributed_timeout_minutes default (checked by a contract test).
 MB_DEFAULT_DISTRIBUTED_TIMEOUT_MINUTES = 10
 # NVRx's documented margin between hard_timeout and the process-group (NCCL watchdog) timeout.
@@ -252,7 +271,8 @@ class InProcessRestartPlugin(KnownKeywords, run.Plugin):
         self._check_monitor_logdir(task, executor, name)
         autoresume.ensure_autoresume(task, plugin=name, why="in-process restarts (and a launcher restart after them)")
         task_config.set_config_fields(task, "inprocess_restart", self.config_values(), plugin=name)
-        guard_known_bugs(task, plugin=name)  # Megatron-Bridge#5761, #5187 (known_bugs.py)
+        guard_known_bugs(task, plugin=name)  # Megatron-Bridge#5761, #5187, #5842 (known_bugs.py)
+        logger.warning("%s: %s", name, deprecation_notice())
         self._apply_watchdog_rule(task, name)
 
         for env_name in env_problems(task, executor):  # another user value is refused by set_env, naming both

@@ -220,7 +220,7 @@ class LocalCheckpointPlugin(KnownKeywords, run.Plugin):
             check_exit_saves_persistent(task, executor, plugin=name)
         if self.fallback_on_unreadable is not False:
             self._install_guard(task, executor, name)
-        guard_known_bugs(task, plugin=name)  # Megatron-Bridge#5922 (known_bugs.py)
+        guard_known_bugs(task, plugin=name)  # Megatron-Bridge#5922, nvidia-resiliency-ext#349 (known_bugs.py)
 
     def _install_guard(self, task: Any, executor: Any, name: str) -> None:
         """Each rank runs the local-checkpoint guard first (shipped with the job), then the task's program."""
@@ -295,6 +295,7 @@ class LocalCheckpointPlugin(KnownKeywords, run.Plugin):
 
 
 # ------------------------------------------------------------------------------------- cross-plugin rules
+
 
 def _ranks_per_node(executor: Any) -> int | None:
     try:

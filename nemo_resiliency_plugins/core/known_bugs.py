@@ -61,10 +61,21 @@ class KnownBug:
     function: str  # what the check reads, for messages
 
     url_base: ClassVar[str] = "https://github.com/NVIDIA-NeMo/Megatron-Bridge/pull/"
+    #: The upstream whose code the check reads: the import package (``file`` is relative to it), the
+    #: distribution asked for a version when the file cannot be read, the last release line without the fix,
+    #: and the names used in messages.
+    package: ClassVar[str] = "megatron.bridge"
+    distribution: ClassVar[str | None] = None  # None: the module's DISTRIBUTION (Megatron Bridge)
+    last_affected: ClassVar[tuple[int, int]] = LAST_AFFECTED_RELEASE
+    project: ClassVar[str] = "Megatron Bridge"
+    repo_ref: ClassVar[str] = "Megatron-Bridge"
 
     @property
     def ref(self) -> str:
-        return f"Megatron-Bridge#{self.number}"
+        return f"{self.repo_ref}#{self.number}"
+
+    def _by_version(self, reason: str) -> Detection:
+        return _by_version(reason, self.distribution or DISTRIBUTION, self.last_affected)
 
     # ------------------------------------------------------------------------------------------- detection
 
@@ -73,22 +84,22 @@ class KnownBug:
         if path is not None:
             where = str(path)
         else:
-            where = "the given source" if source is not None else f"megatron/bridge/{self.file}"
+            where = "the given source" if source is not None else f"{self.package.replace('.', '/')}/{self.file}"
         if source is None:
-            path = installed_file(self.file) if path is None else path
+            path = installed_file(self.file, self.package) if path is None else path
             if path is None:
-                return _by_version("Megatron Bridge's source is not on this host")
+                return self._by_version(f"{self.project}'s source is not on this host")
             try:
                 source = Path(path).read_text()
             except (OSError, UnicodeDecodeError) as err:
-                return _by_version(f"{where} cannot be read ({err})")
+                return self._by_version(f"{where} cannot be read ({err})")
         try:
             tree = ast.parse(source)
         except SyntaxError as err:
-            return _by_version(f"{where} does not parse ({err.msg})")
+            return self._by_version(f"{where} does not parse ({err.msg})")
         fixed = self.fixed_in(tree)
         if fixed is None:
-            return _by_version(f"{where} has no {self.function}")
+            return self._by_version(f"{where} has no {self.function}")
         return Detection("fixed" if fixed else "present", f"{where}: {self.function}")
 
     def fixed_in(self, tree: ast.Module) -> bool | None:
@@ -99,9 +110,13 @@ class KnownBug:
         """Does the task (after the plugins' set-up) run the code path the bug is on?"""
         raise NotImplementedError
 
+    def avoided(self, task: Any) -> str | None:
+        """Where the task combines the plugins but has taken the workaround: what it did (doctor says so)."""
+        return None
+
     def message(self, detection: Detection) -> str:
         return (
-            f"known Megatron Bridge bug {self.ref} ({self.title}; {self.url_base}{self.number}) is {detection.status} "
+            f"known {self.project} bug {self.ref} ({self.title}; {self.url_base}{self.number}) is {detection.status} "
             f"in the installed code ({detection.basis}): {self.effect}. Workaround: {self.workaround}"
         )
 
@@ -355,11 +370,148 @@ class LocalSaveSkipsExitSave(KnownBug):
         return planned_exit or straggler_stop
 
 
+@dataclass(frozen=True, kw_only=True)
+class InprocessAbortKeepsNvrxResultsQueue(KnownBug):
+    """#5842: an in-process restart leaves NVRx's async-save results queue behind for the next save.
+
+    The path (0.6.2, ``training/inprocess_restart.py``): NVRx's ``Wrapper`` aborts a failed attempt through the
+    ``AbortCheckpoint`` step of its ``abort`` chain, which closes the async calls queue and resets Megatron
+    Core's module-global ``filesystem_async._results_queue``. With ``checkpoint.async_strategy="nvrx"`` (the
+    default) the writer reports into NVRx's own module-global queue
+    (``nvidia_resiliency_ext/checkpointing/async_ckpt/filesystem_async.py``), which nothing resets: the retry's
+    first async save can read the aborted save's result and fail, or finalise with the wrong save's metadata.
+    The fix resets NVRx's queue in the abort path too; the check looks in ``AbortCheckpoint`` for a reference to
+    NVRx's ``filesystem_async`` module (an import from ``nvidia_resiliency_ext``) next to ``_results_queue``.
+
+    **Refuse.** The failure is a wrong or failed checkpoint after a recovery that looked successful - the silent
+    kind this package refuses - and it sits on the two plugins' defaults. The refusal keeps both features:
+    ``AsyncCheckpointPlugin(async_strategy="mcore")`` uses Megatron Core's queue, which 0.6.2's abort resets.
+    """
+
+    number: int = 5842
+    title: str = "in-process restart + NVRx async save reuse a stale results queue"
+    effect: str = (
+        "after an in-process restart the next asynchronous save can pick up the aborted save's result from NVRx's "
+        "results queue (Megatron Bridge's AbortCheckpoint resets only Megatron Core's queue): the save fails, or "
+        "it is finalised with the metadata of the wrong save"
+    )
+    combination: str = "InProcessRestartPlugin + AsyncCheckpointPlugin(async_strategy='nvrx', the default)"
+    workaround: str = (
+        "AsyncCheckpointPlugin(async_strategy='mcore') (Megatron Core's queue, which the abort resets; with "
+        "ckpt_format='torch_dist'), or drop one of the two plugins, or use a Megatron Bridge with the fix "
+        "(the in-process abort also resets NVRx's filesystem_async._results_queue)"
+    )
+    action: Literal["warn", "refuse"] = "refuse"
+    plugins: tuple[str, ...] = ("InProcessRestartPlugin", "AsyncCheckpointPlugin")
+    file: str = "training/inprocess_restart.py"
+    function: str = "inprocess_restart(): AbortCheckpoint.__call__"
+
+    def fixed_in(self, tree: ast.Module) -> bool | None:
+        outer = _module_function(tree, "inprocess_restart")
+        if outer is None:
+            return None
+        abort = next((n for n in ast.walk(outer) if isinstance(n, ast.ClassDef) and n.name == "AbortCheckpoint"), None)
+        if abort is None:
+            return None
+        text = ast.unparse(abort)
+        for node in ast.walk(abort):
+            module = node.module if isinstance(node, ast.ImportFrom) else None
+            names = [a.name for a in node.names] if isinstance(node, ast.Import | ast.ImportFrom) else []
+            nvrx = [m for m in [module or "", *names] if m.startswith("nvidia_resiliency_ext") and "async_ckpt" in m]
+            if nvrx and "_results_queue" in text:
+                return True
+        return False
+
+    def applies(self, task: Any) -> bool:
+        return _true(_field(task, "inprocess_restart", "enabled")) and _true(_field(task, "checkpoint", "async_save"))
+
+    def avoided(self, task: Any) -> str | None:
+        strategy = _field(task, "checkpoint", "async_strategy")
+        if isinstance(strategy, str) and strategy.strip().lower() == "mcore":
+            return (
+                "checkpoint.async_strategy='mcore': the writer reports into Megatron Core's queue, which the abort "
+                "resets"
+            )
+        return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplicasOfMxfp8WeightsHoldNans(KnownBug):
+    """NVRx #349 (open, no fix published): local-checkpoint replication writes NaNs into replica copies of
+    Transformer Engine MXFP8 weights.
+
+    The path (NVRx 0.7.0, ``checkpointing/local/replication/strategies.py``): ``CliqueReplicationStrategy.replicate``
+    exchanges each rank's tensors with its replication group as plain tensors; TE's quantized (MXFP8) weight
+    tensors are not treated apart, and the reporter found NaNs in 4,668 of 32,796 tensors, every one in a replica
+    file, none in a primary. The files are byte-valid, so this package's CRC guard cannot see it; a node lost
+    before the next persistent save is restored from a replica and training goes NaN. No fix is public, so the
+    check reads ``replicate`` for any handling of quantized tensors (a name with ``fp8``, ``quantiz`` or
+    ``mxfp``): none there is ``present``; such handling is counted as a fix (to be confirmed against the real fix
+    when it lands).
+
+    **Refuse.** A replica that restores NaNs is silent corruption of the state the job resumes from. The
+    refusal costs replication only: ``LocalCheckpointPlugin(replication=False)`` keeps local saves (a lost node
+    then resumes from the persistent checkpoint), or a recipe without MXFP8 keeps replication.
+    """
+
+    number: int = 349
+    title: str = "local-checkpoint replicas of MXFP8 weights hold NaNs"
+    effect: str = (
+        "NVRx's local-checkpoint replication writes NaN values into the replica copies of Transformer Engine "
+        "MXFP8 weights (primaries are intact; the files are byte-valid, so no CRC check sees it): a node lost "
+        "before the next persistent save is restored from a corrupt replica and training goes NaN"
+    )
+    combination: str = "LocalCheckpointPlugin(replication=True) + an MXFP8 recipe (model.fp8_recipe='mxfp8')"
+    workaround: str = (
+        "LocalCheckpointPlugin(replication=False) (a lost node resumes from the persistent checkpoint), or a "
+        "precision recipe without MXFP8, or an NVRx with the fix (none published yet)"
+    )
+    action: Literal["warn", "refuse"] = "refuse"
+    plugins: tuple[str, ...] = ("LocalCheckpointPlugin",)
+    file: str = "checkpointing/local/replication/strategies.py"
+    function: str = "CliqueReplicationStrategy.replicate(): handling of quantized (MXFP8) tensors"
+
+    url_base: ClassVar[str] = "https://github.com/NVIDIA/nvidia-resiliency-ext/issues/"
+    package: ClassVar[str] = "nvidia_resiliency_ext"
+    distribution: ClassVar[str | None] = "nvidia-resiliency-ext"
+    last_affected: ClassVar[tuple[int, int]] = (0, 7)
+    project: ClassVar[str] = "NVRx"
+    repo_ref: ClassVar[str] = "nvidia-resiliency-ext"
+
+    def fixed_in(self, tree: ast.Module) -> bool | None:
+        method = _method(tree, "CliqueReplicationStrategy", "replicate")
+        if method is None:
+            return None
+        return re.search(r"fp8|quantiz|mxfp", ast.unparse(method), re.IGNORECASE) is not None
+
+    def applies(self, task: Any) -> bool:
+        if not _true(_field(task, "checkpoint", "replication")):
+            return False
+        return _uses_mxfp8(task)
+
+
+def _uses_mxfp8(task: Any) -> bool:
+    """An MXFP8 recipe visible on the task: ``model.fp8_recipe=mxfp8`` or a ``mixed_precision`` recipe name with
+    ``mxfp8`` (``run.Script`` overrides; a ``run.Partial``'s model config through its ``model`` argument)."""
+    import nemo_run as run
+
+    from nemo_resiliency_plugins.core.task_config import script_overrides
+
+    if isinstance(task, run.Script):
+        for override in script_overrides(task, plugin="known_bugs"):
+            if override.key in ("model.fp8_recipe", "mixed_precision") and "mxfp8" in str(override.value).lower():
+                return True
+        return False
+    return "mxfp8" in str(task).lower()
+
+
 KNOWN_BUGS: tuple[KnownBug, ...] = (
     FinishedRunResumeFails(),
     StragglerStopsAfterInprocessRestart(),
     CallWrapperNotForwarded(),
     LocalSaveSkipsExitSave(),
+    InprocessAbortKeepsNvrxResultsQueue(),
+    ReplicasOfMxfp8WeightsHoldNans(),
 )
 
 
@@ -374,7 +526,7 @@ def guard_known_bugs(task: Any, *, plugin: str) -> None:
     ``unknown`` (e.g. a submit host without Megatron Bridge) does nothing here - ``doctor`` and ``explain`` show it.
     """
     for bug in KNOWN_BUGS:
-        if plugin not in bug.plugins or not bug.applies(task):
+        if plugin not in bug.plugins or not bug.applies(task) or bug.avoided(task):
             continue
         detection = bug.detect()
         if detection.status != "present":
@@ -391,11 +543,12 @@ class Finding:
 
     bug: KnownBug
     detection: Detection
+    avoided: str | None = None
 
     @property
     def verdict(self) -> str:
         """doctor's verdict: a present bug FAILs where the plugins refuse it, warns where they warn."""
-        if self.detection.status == "fixed":
+        if self.detection.status == "fixed" or self.avoided:
             return "pass"
         if self.detection.status == "unknown":
             return "n/a"
@@ -403,6 +556,9 @@ class Finding:
 
     @property
     def line(self) -> str:
+        if self.avoided and self.detection.status != "fixed":
+            where = f"{self.detection.status} in {self.detection.basis}"
+            return f"{self.bug.ref} ({self.bug.title}) is {where}; avoided: {self.avoided}"
         if self.detection.status == "fixed":
             return f"{self.bug.ref} ({self.bug.title}): fixed in the installed code ({self.detection.basis})"
         if self.detection.status == "unknown":
@@ -414,18 +570,24 @@ class Finding:
         )
 
 
+def uses_inprocess_restart(task: Any) -> bool:
+    """The task (after set-up) runs NVRx in-process restart (``inprocess_restart.enabled``)."""
+    return _true(_field(task, "inprocess_restart", "enabled"))
+
+
 def findings(task: Any) -> list[Finding]:
     """Every known bug whose code path the task runs, with what the installed Megatron Bridge says about it."""
-    return [Finding(bug, bug.detect()) for bug in KNOWN_BUGS if bug.applies(task)]
+    return [Finding(bug, bug.detect(), bug.avoided(task)) for bug in KNOWN_BUGS if bug.applies(task)]
 
 
 # ------------------------------------------------------------------------------------------------ helpers
 
 
-def installed_file(relative: str) -> Path | None:
-    """``megatron/bridge/<relative>`` of the installed Megatron Bridge, without importing it; None if absent."""
+def installed_file(relative: str, package: str = "megatron.bridge") -> Path | None:
+    """``<package>/<relative>`` of the installed package (Megatron Bridge unless named), without importing it;
+    None if absent."""
     try:
-        spec = importlib.util.find_spec("megatron.bridge")
+        spec = importlib.util.find_spec(package)
     except (ImportError, ValueError):
         return None
     for root in (spec.submodule_search_locations or []) if spec is not None else []:
@@ -435,21 +597,24 @@ def installed_file(relative: str) -> Path | None:
     return None
 
 
-def installed_version() -> str | None:
+def installed_version(distribution: str | None = None) -> str | None:
     try:
-        return importlib.metadata.version(DISTRIBUTION)
+        return importlib.metadata.version(distribution or DISTRIBUTION)
     except importlib.metadata.PackageNotFoundError:
         return None
 
 
-def _by_version(reason: str) -> Detection:
-    version = installed_version()
+def _by_version(
+    reason: str, distribution: str | None = None, last_affected: tuple[int, int] = LAST_AFFECTED_RELEASE
+) -> Detection:
+    distribution = distribution or DISTRIBUTION
+    version = installed_version(distribution)
     if version is None:
-        return Detection("unknown", f"{reason}; {DISTRIBUTION} is not installed")
+        return Detection("unknown", f"{reason}; {distribution} is not installed")
     match = re.match(r"(\d+)\.(\d+)", version)
-    if match and (int(match[1]), int(match[2])) <= LAST_AFFECTED_RELEASE:
-        return Detection("present", f"{reason}; {DISTRIBUTION} {version} predates the fix")
-    return Detection("unknown", f"{reason}; {DISTRIBUTION} {version}")
+    if match and (int(match[1]), int(match[2])) <= last_affected:
+        return Detection("present", f"{reason}; {distribution} {version} predates the fix")
+    return Detection("unknown", f"{reason}; {distribution} {version}")
 
 
 def _module_function(tree: ast.Module, name: str) -> ast.FunctionDef | None:

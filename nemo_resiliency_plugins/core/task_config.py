@@ -578,4 +578,3 @@ def _explicit_or_changed(obj: Any, field: str, cls: Any) -> Any:
             if f.default_factory is not dataclasses.MISSING and same_value(f.default_factory(), value):
                 return _UNSET
     return value
-

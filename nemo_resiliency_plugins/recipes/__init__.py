@@ -227,6 +227,24 @@ RECIPES: dict[str, Recipe] = {
             },
         ),
         Recipe(
+            name="inprocess-async",
+            summary="In-process restart with asynchronous checkpoints, on Megatron Core's async queue "
+            "(Megatron-Bridge#5842's workaround on 0.6.x)",
+            description=(
+                "inprocess-restart plus AsyncCheckpointPlugin. On Megatron Bridge 0.6.x the in-process abort resets "
+                "only Megatron Core's async results queue, so NVRx's writer (async_strategy='nvrx', the default) would "
+                "hand the next save a stale result (Megatron-Bridge#5842, refused by the plugins); this recipe takes "
+                "async_strategy='mcore', which the abort resets. doctor reports the bug and the workaround."
+            ),
+            executors=("local",),
+            plugins={
+                "InProcessRestartPlugin": {},
+                "FaultTolerancePlugin": {"num_in_job_restarts": 3, "num_job_retries_on_failure": 0},
+                "AsyncCheckpointPlugin": {"async_strategy": "mcore"},
+            },
+            notes=("AsyncCheckpointPlugin needs checkpoint.save on the task (a torch_dist format).",),
+        ),
+        Recipe(
             name="inprocess-warm-reserve",
             summary="A killed rank is replaced by a warm reserve rank in the same job (in-process restart, rank "
             "granularity); ft_launcher restarts the group once no reserve is left",

@@ -241,8 +241,14 @@ def _check_timeout_chain(job: _Job) -> list[Check]:
 
 
 def _check_known_bugs(job: _Job) -> list[Check]:
-    """Known Megatron Bridge bugs on this job's path, judged from the Megatron Bridge installed here."""
-    return [Check(f"known bug {f.bug.ref}", f.verdict, f.line) for f in known_bugs.findings(job.task)]
+    """Known Megatron Bridge / NVRx bugs on this job's path, judged from the code installed here; and NVRx's
+    deprecation of in-process restart where the job uses it (the plugin's own notice)."""
+    checks = [Check(f"known bug {f.bug.ref}", f.verdict, f.line) for f in known_bugs.findings(job.task)]
+    if known_bugs.uses_inprocess_restart(job.task):
+        from nemo_resiliency_plugins.inprocess_restart import deprecation_notice
+
+        checks.append(Check("in-process restart: deprecated upstream", "warn", deprecation_notice()))
+    return checks
 
 
 def _check_checkpoints(job: _Job) -> list[Check]:

@@ -212,6 +212,10 @@ def _explain(recorders, plugins, task, executor, *, executor_kind: str, name: st
         launcher = repr(job.executor.get_launcher()) if job.executor.launcher else "none (plain command)"
         env = {k: str(v) for k, v in job.executor.env_vars.items()}
         bugs = [f"{f.verdict}: {f.line}" for f in known_bugs.findings(job.task)]
+        if known_bugs.uses_inprocess_restart(job.task):
+            from nemo_resiliency_plugins.inprocess_restart import deprecation_notice
+
+            bugs.append(f"deprecated: {deprecation_notice()}")
     effects = [e for r in recorders for e in r.effects]
     return Explanation(executor_kind, _task_kind(task), effects, command, env, launcher, known_bugs=bugs)
 

@@ -24,7 +24,9 @@ from nemo_resiliency_plugins.core.known_bugs import (
     KNOWN_BUGS,
     CallWrapperNotForwarded,
     FinishedRunResumeFails,
+    InprocessAbortKeepsNvrxResultsQueue,
     LocalSaveSkipsExitSave,
+    ReplicasOfMxfp8WeightsHoldNans,
     StragglerStopsAfterInprocessRestart,
 )
 
@@ -91,6 +93,8 @@ def test_one_check_per_bug_with_its_upstream_number():
         (StragglerStopsAfterInprocessRestart, 5761),
         (CallWrapperNotForwarded, 5187),
         (LocalSaveSkipsExitSave, 5922),
+        (InprocessAbortKeepsNvrxResultsQueue, 5842),
+        (ReplicasOfMxfp8WeightsHoldNans, 349),
     ]
 
 
@@ -186,10 +190,10 @@ def test_checks_never_import_megatron_bridge():
         "import sys\n"
         "from nemo_resiliency_plugins.core import known_bugs\n"
         "print([b.detect().status for b in known_bugs.KNOWN_BUGS])\n"
-        "assert not [m for m in sys.modules if m.startswith(('megatron.bridge', 'nemo_run', 'torch'))]\n"
+        "assert not [m for m in sys.modules if m.startswith(('megatron.bridge', 'nemo_run', 'torch', 'nvidia_'))]\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "['present', 'present', 'present', 'present']"
+    assert out.stdout.strip() == str(["present"] * 6)
 
 
 # Run in a fresh interpreter: a process group and NVRx's process-global detector, as one training rank has them.
@@ -292,3 +296,48 @@ def test_5922_verdict_agrees_with_the_saves_the_exit_makes(fixed, tmp_path):
     source = path.read_text()
     assert _exit_saves(source) == ([True, False] if fixed else [True])
     assert bug.detect(source=source).status == ("fixed" if fixed else "present")
+
+
+# ------------------------------------------------------------- Megatron-Bridge#5842 and nvidia-resiliency-ext#349
+
+# Megatron-Bridge#5842's fix (merged 2026-08-27, after 0.6.2): the in-process abort also resets NVRx's own
+# module-global results queue. The stored upstream snapshots (Megatron-Bridge HEAD 067f987, 2026-08-22) predate the
+# merge, so the fixed file could not be fetched here; this edit of the installed file has the fix's shape as the
+# PR describes it (reset NVRx's filesystem_async._results_queue next to Megatron Core's).
+FIX_5842 = (
+    "            except Exception:\n                pass\n\n            return frozen_state\n",
+    "                from nvidia_resiliency_ext.checkpointing.async_ckpt import filesystem_async as nvrx_fs\n\n"
+    "                if nvrx_fs._results_queue is not None:\n"
+    "                    try:\n"
+    "                        nvrx_fs._results_queue._manager.shutdown()\n"
+    "                    finally:\n"
+    "                        nvrx_fs._results_queue = None\n\n"
+    "            except Exception:\n                pass\n\n            return frozen_state\n",
+)
+
+
+def test_5842_present_in_the_installed_abort_and_fixed_when_it_resets_nvrxs_queue(tmp_path):
+    bug = _bug(5842)
+    installed = known_bugs.installed_file(bug.file)
+    text = installed.read_text()
+    # The installed abort resets Megatron Core's queue only: the premise of the bug, read from the code.
+    assert "from megatron.core.dist_checkpointing.strategies import filesystem_async" in text
+    assert "nvidia_resiliency_ext" not in text.split("class AbortCheckpoint")[1].split("abort = inprocess")[0]
+    assert bug.detect().status == "present"
+    old, new = FIX_5842
+    assert text.count(old) == 1, "the abort path moved in the installed Megatron Bridge; update the check and this test"
+    assert bug.detect(source=text.replace(old, new)).status == "fixed"
+    # NVRx 0.7.0 does keep a module-global queue of its own: the one the installed abort leaves alone.
+    nvrx_fs = known_bugs.installed_file("checkpointing/async_ckpt/filesystem_async.py", "nvidia_resiliency_ext")
+    assert nvrx_fs is not None and "\n_results_queue = None\n" in nvrx_fs.read_text()
+
+
+def test_349_present_in_the_installed_nvrx_replication_and_decided_from_its_code():
+    bug = _bug(349)
+    detection = bug.detect()
+    assert detection.status == "present", detection
+    assert detection.basis == f"nvidia_resiliency_ext/{bug.file}: {bug.function}"
+    # No fix is public (the issue is open): the check is proven on the installed NVRx 0.7.0 only. Without the
+    # method it reads, it falls back to NVRx's version (0.7.x predates any fix).
+    fallback = bug.detect(source="x = 1\n")
+    assert fallback.status == "present" and "nvidia-resiliency-ext 0.7" in fallback.basis

@@ -20,7 +20,7 @@ import nemo_run as run
 import pytest
 from packaging.requirements import Requirement
 
-from nemo_resiliency_plugins import FaultTolerancePlugin, PreemptionPlugin
+from nemo_resiliency_plugins import AsyncCheckpointPlugin, FaultTolerancePlugin, PreemptionPlugin
 from nemo_resiliency_plugins.core import nvrx_launcher, slurm_script
 from nemo_resiliency_plugins.core.executors import RULES_BY_NAME, executor_classes, missing_executor_classes
 from tests.contract.executor_jobs import render_sbatch
@@ -116,3 +116,59 @@ def test_the_no_restart_exit_code_is_the_installed_nvrx_s_and_reaches_the_slurm_
     assert code == DEFAULT_NO_RESTART_EXIT_CODE and "fault_tolerance/utils.py" in source
     script = _slurm_script(tmp_path)
     assert f"export NRP_NO_RESTART_EXIT_CODE={DEFAULT_NO_RESTART_EXIT_CODE}" in script
+
+
+# ------------------------------------------------ Megatron Bridge's CheckpointConfig fields (issue 49, item 3)
+
+
+def test_the_checkpoint_field_set_is_read_from_the_installed_class_without_importing_it(megatron_bridge):
+    import dataclasses
+
+    from nemo_resiliency_plugins.core import config_fields
+
+    read = config_fields.class_fields(config_fields.MB_CONFIG_MODULE, "CheckpointConfig")
+    assert read == {f.name for f in dataclasses.fields(megatron_bridge.CheckpointConfig)}
+    assert "async_strategy" in read  # Megatron Bridge 0.6.2 (and Megatron Core 0.19.2 under it) has it
+    task = run.Script(path="/tmp/t.py", entrypoint="python", args=["checkpoint.save=/c"])
+    AsyncCheckpointPlugin().setup(task, run.LocalExecutor(ntasks_per_node=2))
+    assert "checkpoint.async_strategy=nvrx" in task.args
+
+
+# A CheckpointConfig reduced as Megatron Bridge's newest config.py has it (src/megatron/bridge/training/config.py
+# @ 003e863 in the code index: no async_strategy; MLM #7052 removed Megatron Core's own async saver). Not a copy of
+# that file: the fields the plugin writes, less async_strategy, as a plain dataclass.
+_REDUCED_CONFIG = """
+from dataclasses import dataclass
+from typing import Optional
+
+@dataclass
+class CheckpointConfig:
+    save: Optional[str] = None
+    ckpt_format: str = "torch_dist"
+    async_save: bool = False
+    use_persistent_ckpt_worker: bool = True
+    async_ckpt_cpu_priority: int = 10
+    async_ckpt_io_priority: Optional[int] = 3
+    async_ckpt_use_cpu_shm: bool = False
+    async_write_results_mp_mode: str = "fork"
+    dist_ckpt_workers: int = 1
+    ckpt_assume_constant_structure: bool = False
+"""
+
+
+def test_without_async_strategy_in_the_config_class_the_plugin_neither_emits_nor_accepts_mcore(monkeypatch):
+    from nemo_resiliency_plugins import ResiliencyConfigError
+    from nemo_resiliency_plugins.core import config_fields
+
+    reduced = config_fields.class_fields("reduced_config", "CheckpointConfig", source=_REDUCED_CONFIG)
+    assert reduced is not None and "async_strategy" not in reduced and "async_save" in reduced
+    monkeypatch.setattr(config_fields, "megatron_bridge_fields", lambda cls: reduced)
+    task = run.Script(path="/tmp/t.py", entrypoint="python", args=["checkpoint.save=/c"])
+    AsyncCheckpointPlugin().setup(task, run.LocalExecutor(ntasks_per_node=2))
+    assert "checkpoint.async_save=true" in task.args
+    assert not [a for a in task.args if "async_strategy" in a]
+    with pytest.raises(ResiliencyConfigError) as info:
+        AsyncCheckpointPlugin(async_strategy="mcore")
+    assert "AsyncCheckpointPlugin.async_strategy = 'mcore'" in str(info.value) and "no async_strategy" in str(
+        info.value
+    )

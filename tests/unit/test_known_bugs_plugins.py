@@ -119,10 +119,12 @@ def test_5761_the_plugins_follow_the_code_not_the_version(tmp_path, monkeypatch)
     fixed.write_text(text.replace(old, new))
     for other in known_bugs.KNOWN_BUGS:  # the other files as installed
         if other.file != bug.file:
-            (tmp_path / other.file).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(known_bugs.installed_file(other.file), tmp_path / other.file)
-    # Where the check finds Megatron Bridge's files: a copy of the installed tree with the fix applied.
-    monkeypatch.setattr(known_bugs, "installed_file", lambda relative: tmp_path / relative)
+            (tmp_path / other.package / other.file).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(known_bugs.installed_file(other.file, other.package), tmp_path / other.package / other.file)
+    (tmp_path / bug.package / bug.file).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(fixed, tmp_path / bug.package / bug.file)
+    # Where the check finds the upstream files: a copy of the installed trees with the fix applied.
+    monkeypatch.setattr(known_bugs, "installed_file", lambda relative, package: tmp_path / package / relative)
     assert bug.detect().status == "fixed"
     job = add_job(script(), local(), [StragglerDetectionPlugin(), InProcessRestartPlugin()])
     assert any("inprocess_restart.enabled=true" in a for a in job.task.args)
@@ -161,8 +163,9 @@ def test_doctor_has_a_line_per_applicable_known_bug():
 
 def test_explain_shows_the_known_bugs_on_the_path():
     result = explain([InProcessRestartPlugin()], script(), local(), executor_kind="local")
-    assert len(result.known_bugs) == 1
+    assert len(result.known_bugs) == 2
     assert result.known_bugs[0].startswith("warn: Megatron-Bridge#5187")
+    assert result.known_bugs[1].startswith("deprecated: NVRx deprecates in-process restart")
     assert "megatron/bridge/training/inprocess_restart.py" in result.known_bugs[0]
     assert result.to_json()["known_bugs"] == result.known_bugs
 
