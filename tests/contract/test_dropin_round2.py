@@ -35,3 +35,59 @@ def test_slurm_template_refusal_says_the_numa_binding_is_lost_and_the_page_says_
     # The other pre_cmds (Megatron Bridge's repo-status print) are named for setup_lines; numactl is not.
     assert "setup_lines (bash /opt/Megatron-Bridge/docker/common/print_sha.sh" in text, text
     assert _flat(NUMA_BINDING_LOST) in _flat(DOCS.read_text())
+
+
+def _dgx():
+    import nemo_run as run
+
+    return run.DGXCloudExecutor(
+        base_url="http://127.0.0.1:9",
+        kube_apiserver_url="http://127.0.0.1:9",
+        client_id="a",
+        client_secret="b",
+        project_name="p",
+        container_image="i",
+        nodes=1,
+        gpus_per_node=8,
+        pvc_nemo_run_dir="/nemo-workspace/nemo_run",
+        pvcs=[{"name": "c", "path": "/nemo-workspace"}],
+    )
+
+
+def _lepton():
+    import nemo_run as run
+
+    return run.LeptonExecutor(
+        container_image="i",
+        nemo_run_dir="/nemo-workspace/nemo_run",
+        nodes=1,
+        gpus_per_node=8,
+        mounts=[{"path": "/nemo-workspace", "mount_path": "/nemo-workspace"}],
+    )
+
+
+@pytest.mark.parametrize("make", [_dgx, _lepton], ids=["DGXCloudExecutor", "LeptonExecutor"])
+@pytest.mark.parametrize("plugin_cls", ["FaultTolerancePlugin", "PreemptionPlugin"])
+def test_setup_called_directly_on_an_unassigned_executor_names_the_cause(make, plugin_cls, tmp_path, monkeypatch):
+    """Finding 4 (in part): setup() outside an Experiment, as Megatron Bridge's unit tests call it, on real
+    NeMo-Run executors. Before: AttributeError 'job_name', or a refusal naming pvc_nemo_run_dir = ''. Now: built,
+    or one ResiliencyConfigError naming the unassigned field and both ways on; after executor.assign() (what
+    Experiment.add does first) the same direct call builds."""
+    import nemo_run as run
+
+    import nemo_resiliency_plugins as nrp
+
+    monkeypatch.setenv("NEMORUN_HOME", str(tmp_path))
+    task = lambda: run.Script(path="/tmp/train.py", entrypoint="python", args=["checkpoint.save=/ck"])  # noqa: E731
+    executor = make()
+    try:
+        getattr(nrp, plugin_cls)().setup(task(), executor)
+    except ResiliencyConfigError as err:
+        text = str(err)
+        assert "executor.job_name" in text or "executor.pvc_job_dir" in text, text
+        assert "pvc_nemo_run_dir" not in text and "Experiment" in text and "executor.assign(" in text, text
+    assigned = make()
+    assigned.assign("exp-1", str(tmp_path / "experiments" / "exp-1"), "train", "train")
+    getattr(nrp, plugin_cls)().setup(task(), assigned)  # builds
+    job = add_job(task(), make(), [getattr(nrp, plugin_cls)()])
+    assert "checkpoint.load=/ck" in job.task.args
