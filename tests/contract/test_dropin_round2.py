@@ -91,3 +91,56 @@ def test_setup_called_directly_on_an_unassigned_executor_names_the_cause(make, p
     getattr(nrp, plugin_cls)().setup(task(), assigned)  # builds
     job = add_job(task(), make(), [getattr(nrp, plugin_cls)()])
     assert "checkpoint.load=/ck" in job.task.args
+
+
+def _checkpoint_plugins():
+    import nemo_resiliency_plugins as nrp
+
+    return [
+        nrp.FaultTolerancePlugin(),
+        nrp.PreemptionPlugin(),
+        nrp.AsyncCheckpointPlugin(),
+        nrp.LocalCheckpointPlugin(
+            non_persistent_local_ckpt_dir="/local/ckpt", non_persistent_save_interval=10, fallback_on_unreadable=False
+        ),
+    ]
+
+
+#: task.args shapes and the one verdict every plugin gives for each (docs/dropin.md, "checkpoint.save: one rule")
+SAVE_SHAPES = {
+    # Megatron Bridge's tutorial: the directory comes from the script's YAML (the plugin cannot see it)
+    "from the YAML": (["--config-file", "conf/llama32_1b_pretrain.yaml"], "warn"),
+    # Megatron Bridge's performance scripts: a flag of the script's own
+    "from a flag": (["--save_dir", "/lustre/ckpt"], "warn"),
+    "shown as null": (["checkpoint.save=null"], "refuse"),
+    "shown, relative": (["checkpoint.save=./checkpoints/llama32_1b", "checkpoint.save_interval=100"], "build"),
+    "shown, absolute": (["checkpoint.save=/lustre/ckpt", "checkpoint.save_interval=100"], "build"),
+}
+
+
+@pytest.mark.parametrize("shape", list(SAVE_SHAPES))
+def test_every_checkpoint_plugin_gives_the_same_verdict_on_checkpoint_save(shape):
+    """Finding 2: one rule for all plugins (core/autoresume.shown_checkpoint_save): refuse what the task shows
+    to be wrong, warn where the plugin cannot see. Before, Async and LocalCheckpoint refused the YAML and flag
+    shapes that FT and Preemption built with a warning."""
+    import nemo_run as run
+
+    from tests.helpers import local, logged
+
+    args, expected = SAVE_SHAPES[shape]
+    verdicts = {}
+    for plugin in _checkpoint_plugins():
+        name = type(plugin).__name__
+        task = run.Script(path="/tmp/train.py", entrypoint="python", args=list(args))
+        with logged("nemo_resiliency_plugins.core.autoresume") as log:
+            try:
+                add_job(task, local(), [plugin])
+            except ResiliencyConfigError as err:
+                assert "checkpoint.save" in str(err), (name, str(err))
+                verdicts[name] = "refuse"
+                continue
+        warned = [m for m in log.messages if f"{name}: the task does not show checkpoint.save" in m]
+        verdicts[name] = "warn" if warned else "build"
+        if warned:
+            assert "To have it checked" in warned[0], warned[0]
+    assert set(verdicts.values()) == {expected}, verdicts
