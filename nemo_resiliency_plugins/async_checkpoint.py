@@ -50,7 +50,7 @@ from typing import Any
 
 import nemo_run as run
 
-from nemo_resiliency_plugins.core import config_fields, executor_config, front_program, task_config
+from nemo_resiliency_plugins.core import autoresume, config_fields, executor_config, front_program, task_config
 from nemo_resiliency_plugins.core.known_bugs import guard_known_bugs
 from nemo_resiliency_plugins.core.validation import Checker, KnownKeywords
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
@@ -224,15 +224,14 @@ class AsyncCheckpointPlugin(KnownKeywords, run.Plugin):
             )
 
     def _check_save_dir(self, task: Any, name: str) -> None:
-        if task_config.read_config_field(task, "checkpoint", "save", plugin=name) is None:
-            raise ResiliencyConfigError(
-                name,
-                "checkpoint.save",
-                None,
-                "a checkpoint directory set on the task (e.g. the override checkpoint.save=/lustre/ckpt)",
-                detail="async_save writes into checkpoint.save; Megatron Bridge's CheckpointConfig.finalize() "
-                "refuses async_save without it",
-            )
+        """async_save writes into checkpoint.save: refused where the task shows none, a warning where the task
+        does not show it (the job may set it in its YAML or recipe); the one rule, in core/autoresume.py."""
+        autoresume.shown_checkpoint_save(
+            task,
+            plugin=name,
+            why="async_save writes into checkpoint.save (Megatron Bridge's CheckpointConfig.finalize() refuses "
+            "async_save without it)",
+        )
 
     def config_values(self) -> dict[str, Any]:
         """``checkpoint.<field>`` -> value, with Megatron Bridge's field types; ``async_strategy`` only where the

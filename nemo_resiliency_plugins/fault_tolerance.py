@@ -305,7 +305,11 @@ class FaultTolerancePlugin(KnownKeywords, run.Plugin):
         front_program.check_script_entrypoint(task, plugin=name)
         iteration_file = self._iteration_file(
             autoresume.ensure_autoresume(
-                task, plugin=name, why="ft_launcher restarts and job retries", converter=self.script_args_converter_fn
+                task,
+                plugin=name,
+                why="ft_launcher restarts and job retries",
+                converter=self.script_args_converter_fn,
+                declare=f"set {name}(checkpoint_dir=<the job's checkpoint.save>)",
             )
         )
         task_config.set_config_fields(

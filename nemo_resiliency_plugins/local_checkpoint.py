@@ -208,14 +208,15 @@ class LocalCheckpointPlugin(KnownKeywords, run.Plugin):
             script_args=self.script_args(),
             script_args_converter_fn=self.script_args_converter_fn,
         )
-        autoresume.ensure_autoresume(
+        dirs = autoresume.ensure_autoresume(
             task,
             plugin=name,
             why="a restart (local checkpoints on the same nodes, persistent ones after a requeue)",
-            require_visible=True,
             converter=self.script_args_converter_fn,
         )
-        if self.script_args_converter_fn is None:  # a custom script's own arguments cannot be read back
+        # The persistent schedule beside the local one is checked where the task shows checkpoint.save; where it
+        # does not (the job's YAML or recipe), the shared rule above warned (docs/dropin.md: one rule).
+        if self.script_args_converter_fn is None and dirs.visible:
             check_durable_schedule(task, self.non_persistent_save_interval, plugin=name)
             check_exit_saves_persistent(task, executor, plugin=name)
         if self.fallback_on_unreadable is not False:
@@ -326,8 +327,16 @@ def check_durable_schedule(task: Any, local_interval: int, *, plugin: str) -> No
             "a persistent checkpoint directory on the task (e.g. checkpoint.save=/lustre/ckpt)",
             detail="Megatron Bridge writes no checkpoint at all, local ones included, without checkpoint.save; " + why,
         )
-    interval = read("save_interval")
-    if interval is None:
+    interval_seen, interval = task_config.config_field_seen(task, "checkpoint", "save_interval", plugin=plugin)
+    if not interval_seen:  # the job's YAML or recipe may set it: the one rule warns where it cannot see
+        logger.warning(
+            "%s: the task does not show checkpoint.save_interval: cannot check that persistent saves (every "
+            "save_interval steps) come beside the local ones (every %d); %s",
+            plugin,
+            local_interval,
+            why,
+        )
+    elif interval is None:
         raise ResiliencyConfigError(
             plugin,
             "checkpoint.save_interval",

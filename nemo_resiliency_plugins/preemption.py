@@ -211,6 +211,7 @@ class PreemptionPlugin(KnownKeywords, run.Plugin):
                 plugin=name,
                 why="the run after a preemption (requeue or resubmission)",
                 converter=self.script_args_converter_fn,
+                declare=f"set {name}(checkpoint_dir=<the job's checkpoint.save>)",
             )
             checkpoint_dir = autoresume.declared_checkpoint_dir(dirs, self.checkpoint_dir, plugin=name)
             task_config.set_config_fields(

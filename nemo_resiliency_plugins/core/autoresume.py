@@ -61,15 +61,77 @@ def _same_dir(a: str, b: str) -> bool:
     return os.path.normpath(a) == os.path.normpath(b)
 
 
+def shown_checkpoint_save(
+    task: Any,
+    *,
+    plugin: str,
+    why: str,
+    require_visible: bool = False,
+    declare: str | None = None,
+    consequence: str | None = None,
+) -> str | None:
+    """The one rule every plugin applies to ``checkpoint.save`` (docs/dropin.md, "checkpoint.save: one rule").
+
+    * The task shows it as a directory: returned (an absolute or a relative path, as written: a relative one
+      is resolved in the job's working directory by the ranks and by ft_launcher alike).
+    * The task shows it as null or empty: refused (what the task shows is wrong: nothing would be saved).
+    * The task does not show it (it comes from the script's YAML, its recipe or a flag of its own, such as
+      Megatron Bridge's ``--save_dir``): the job may well have it, so a warning says what cannot be checked,
+      and how to declare it (``declare``; default: show it as a ``checkpoint.save=<dir>`` override); None is
+      returned. ``require_visible`` is kept for callers (``doctor``) that need a yes/no answer.
+    """
+    task_config.require_container(task, "checkpoint", plugin=plugin)
+    seen, save = task_config.config_field_seen(task, "checkpoint", "save", plugin=plugin)
+    if seen and (not isinstance(save, str) or not save):
+        raise ResiliencyConfigError(
+            plugin,
+            "checkpoint.save",
+            save,
+            "a checkpoint directory",
+            detail="the task sets no checkpoint directory: the job saves no checkpoint"
+            + (f", so {consequence}" if consequence else "")
+            + f" ({why})",
+        )
+    if seen:
+        return save
+    if require_visible:
+        raise ResiliencyConfigError(
+            plugin,
+            "checkpoint.save",
+            None,
+            "a checkpoint directory the task shows (a checkpoint.save=<dir> override in task.args, or "
+            "checkpoint.save on the run.Partial's ConfigContainer)",
+            detail=f"the task does not show checkpoint.save, so {why} cannot be checked",
+        )
+    how = declare or "show it on the task (a checkpoint.save=<dir> override, or on the run.Partial's ConfigContainer)"
+    logger.warning(
+        "%s: the task does not show checkpoint.save (it may come from the script's YAML, its recipe or a flag of "
+        "its own): the job may have it, but %s cannot be checked. Megatron Bridge resumes only from "
+        "checkpoint.load: make it the directory checkpoint.save writes, or %s. To have it checked, %s",
+        plugin,
+        why,
+        FROM_SCRATCH,
+        how,
+    )
+    return None
+
+
 def ensure_autoresume(
-    task: Any, *, plugin: str, why: str, require_visible: bool = False, converter: Any = None
+    task: Any,
+    *,
+    plugin: str,
+    why: str,
+    require_visible: bool = False,
+    converter: Any = None,
+    declare: str | None = None,
 ) -> CheckpointDirs:
     """Check (and where one field is merely unset, wire) that a restarted job resumes from what it saved.
 
     ``why`` says what restarts the job (e.g. "ft_launcher restarts and Slurm requeues"), for the messages.
     ``converter``: the plugin's ``script_args_converter_fn``; with one, a script's settings cannot be seen.
-    ``require_visible``: refuse a task that does not show ``checkpoint.save`` (a plugin whose files are useless
-    without a persistent checkpoint to fall back on, such as LocalCheckpointPlugin, cannot leave that unchecked).
+    ``require_visible``: refuse a task that does not show ``checkpoint.save`` (``doctor``'s yes/no question; no
+    plugin refuses that, see :func:`shown_checkpoint_save`). ``declare``: how the plugin takes the directory
+    where the task does not show it (``FaultTolerancePlugin(checkpoint_dir=...)``), for the warning.
     """
     if converter is not None and isinstance(task, run.Script):
         # The script takes its own argument style (script_args_converter_fn): its overrides cannot be read or written.
@@ -81,39 +143,11 @@ def ensure_autoresume(
             FROM_SCRATCH,
         )
         return CheckpointDirs(save=None)
-    task_config.require_container(task, "checkpoint", plugin=plugin)
-    seen, save = task_config.config_field_seen(task, "checkpoint", "save", plugin=plugin)
-    if not seen:
-        if require_visible:
-            raise ResiliencyConfigError(
-                plugin,
-                "checkpoint.save",
-                None,
-                "a checkpoint directory the task shows (a checkpoint.save=<dir> override in task.args, or "
-                "checkpoint.save on the run.Partial's ConfigContainer)",
-                detail=(
-                    f"training continues after {why} only if the job saves to and Megatron Bridge loads from the "
-                    "same directory; the task does not show checkpoint.save, so this cannot be checked. Pass "
-                    "checkpoint.save=<dir> (and checkpoint.load=<same dir>) explicitly"
-                ),
-            )
-        logger.warning(
-            "%s: the task does not show checkpoint.save (a recipe inside the script?): cannot check that training "
-            "resumes from the last checkpoint after %s. Megatron Bridge resumes only from checkpoint.load: make it "
-            "the directory checkpoint.save writes, or %s",
-            plugin,
-            why,
-            FROM_SCRATCH,
-        )
+    save = shown_checkpoint_save(
+        task, plugin=plugin, why=why, require_visible=require_visible, declare=declare, consequence=FROM_SCRATCH
+    )
+    if save is None:
         return CheckpointDirs(save=None)
-    if not isinstance(save, str) or not save:
-        raise ResiliencyConfigError(
-            plugin,
-            "checkpoint.save",
-            save,
-            "a checkpoint directory",
-            detail=f"the job saves no checkpoint, so {FROM_SCRATCH} ({why})",
-        )
     interval_seen, interval = task_config.config_field_seen(task, "checkpoint", "save_interval", plugin=plugin)
     bad_interval = interval is None or isinstance(interval, bool) or not isinstance(interval, int) or interval < 1
     if interval_seen and bad_interval:
@@ -214,4 +248,4 @@ def declared_checkpoint_dir(dirs: CheckpointDirs, declared: str | None, *, plugi
     return dirs.save if dirs.visible else declared
 
 
-__all__ = ["FROM_SCRATCH", "CheckpointDirs", "declared_checkpoint_dir", "ensure_autoresume"]
+__all__ = ["FROM_SCRATCH", "CheckpointDirs", "declared_checkpoint_dir", "ensure_autoresume", "shown_checkpoint_save"]

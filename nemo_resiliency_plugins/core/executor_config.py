@@ -343,6 +343,14 @@ def _merge_ft_launcher(
             setattr(wanted, name, value)
         executor.launcher = wanted
         return wanted
+    if hasattr(current, "template_inline") or hasattr(current, "template_path"):
+        raise ResiliencyConfigError(
+            plugin,
+            "executor.launcher",
+            type(current).__name__,
+            "None, 'torchrun', run.Torchrun or run.FaultTolerance",
+            detail=template_launcher_cost(current),
+        )
     raise ResiliencyConfigError(
         plugin,
         "executor.launcher",
@@ -350,6 +358,36 @@ def _merge_ft_launcher(
         "None, 'torchrun', run.Torchrun or run.FaultTolerance",
         detail=f"{plugin} replaces the launcher with NVRx's ft_launcher and cannot merge a {type(current).__name__}",
     )
+
+
+#: What the fix of the SlurmTemplate refusal costs on Megatron Bridge's performance executor (docs/dropin.md
+#: quotes it; tests/contract/test_dropin_round2.py checks that the page and the refusal say the same).
+NUMA_BINDING_LOST = (
+    "the NUMA binding is lost: Megatron Bridge's slurm_executor ends pre_cmds with 'numactl --cpunodebind=... "
+    "--membind=...', a prefix of the training command that binds each rank's CPUs and memory to its GPU's NUMA "
+    "node. ft_launcher starts the ranks itself, a prefix has no command to run in setup_lines, and this package "
+    "binds no rank: the ranks run unbound, with no error (slower host-to-GPU copies and data loading)"
+)
+
+
+def template_launcher_cost(launcher: Any) -> str:
+    """Why a ``SlurmTemplate``-style launcher (a ``bash -c '<pre_cmds> <command>'`` wrapper) is refused, its fix,
+    and exactly what the fix drops: a ``numactl`` prefix in its ``pre_cmds`` binds the ranks, and nothing of
+    ft_launcher's keeps that binding."""
+    pre = str((getattr(launcher, "template_vars", None) or {}).get("pre_cmds", "") or "")
+    commands = [c.strip() for c in pre.split(";") if c.strip()]
+    prefixes = [c for c in commands if c.split()[0] == "numactl"]
+    others = [c for c in commands if c not in prefixes]
+    text = (
+        f"executor.launcher is a {type(launcher).__name__}: ft_launcher cannot run inside its bash -c wrapper, and "
+        "Megatron Bridge's plugin silently replaces the wrapper (and its pre_cmds) with run.FaultTolerance. Fix: "
+        "executor.launcher = None (or 'torchrun')"
+    )
+    if others:
+        text += ", and move the other pre_cmds into executor.setup_lines (" + " ; ".join(others)[:300] + ")"
+    if prefixes:
+        text += f". What the fix costs here: {NUMA_BINDING_LOST}. Found: {prefixes[0]!r}"
+    return text
 
 
 def deliver_file(executor: Any, name: str, content: str, *, plugin: str) -> str:

@@ -26,6 +26,9 @@ _KEYWORDS = {"true", "false", "null", "none", "inf", "-inf", "+inf", "nan"}
 # Absolute paths are fine unquoted: Hydra's grammar reads /a/b.c as a string.
 # Both used with re.fullmatch (``$`` would accept a trailing newline).
 _BARE_STRING = re.compile(r"[A-Za-z_/][A-Za-z0-9_./-]*")
+# A relative path (Megatron Bridge's tutorial: checkpoint.save=./checkpoints/llama32_1b) is read unquoted as a
+# string too. Quoting it would put quotes in the override, and on LocalExecutor those reach the script literally.
+_RELATIVE_PATH = re.compile(r"\.{1,2}/[A-Za-z0-9_./-]*")
 _OVERRIDE = re.compile(
     r"(?P<prefix>\+{0,2}|~)(?P<key>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)(?:=(?P<value>.*))?", re.S
 )
@@ -50,6 +53,8 @@ def format_value(value: Any) -> str:
         return text if any(c in text for c in ".e") else text + ".0"
     if isinstance(value, str):
         if _BARE_STRING.fullmatch(value) and value.lower() not in _KEYWORDS:
+            return value
+        if _RELATIVE_PATH.fullmatch(value):
             return value
         return _quote(value)
     if isinstance(value, Mapping):

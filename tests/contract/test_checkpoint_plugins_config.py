@@ -172,7 +172,10 @@ def test_async_refusals_are_megatron_bridges_own_rejections(megatron_bridge, app
         cc(save=str(tmp_path), async_save=True, use_persistent_ckpt_worker=False).finalize()
 
     with pytest.raises(ResiliencyConfigError, match="checkpoint.save"):
-        AsyncCheckpointPlugin().setup(run.Script(path="/tmp/t.py", entrypoint="python"), local())
+        # shown as null (one not shown only warns: the job's YAML may set it, docs/dropin.md)
+        AsyncCheckpointPlugin().setup(
+            run.Script(path="/tmp/t.py", entrypoint="python", args=["checkpoint.save=null"]), local()
+        )
     with pytest.raises(AssertionError, match="save is not set"):
         cc(async_save=True).finalize()
 

@@ -215,6 +215,7 @@ class ExecutorRules:
     def entry_launch_path(self, directory: str, name: str, field: str, *, plugin: str) -> str:
         """``<directory>/<name>``, NeMo-Run's launch script on the job's storage, as one shell word; refused by
         ``field`` when the directory is not assigned yet or holds a character a shell line would split on."""
+        self.require_assigned(field, directory, plugin=plugin)
         path = f"{directory.rstrip('/')}/{name}"
         if not path.startswith("/") or not directory or SHELL_WORD.fullmatch(path) is None:
             raise ResiliencyConfigError(
@@ -253,8 +254,31 @@ class ExecutorRules:
         naming the path.
         """
         mapping = yaml.safe_load(content)["fault_tolerance"]
+        self.require_assigned("executor.job_name", getattr(self.executor, "job_name", None), plugin=plugin)
         attach_ft_mapping(self.executor, mapping, plugin=plugin)
         return f"{self.configs_dir().rstrip('/')}/{self.executor.job_name}_executor.yaml"
+
+    def require_assigned(self, field: str, value: Any, *, plugin: str) -> None:
+        """Refuse, naming the real cause, a ``setup()`` on an executor NeMo-Run has not assigned to a job yet.
+
+        ``Experiment.add`` calls ``executor.assign(...)`` before the plugins run; that sets ``job_name`` and the
+        job directory on the platform's storage (``pvc_job_dir``, ``lepton_job_dir``), which the job's paths are
+        built from. Called directly (as Megatron Bridge's unit tests call ``setup()``), those are not known yet.
+        """
+        if value:
+            return
+        raise ResiliencyConfigError(
+            plugin,
+            field,
+            value,
+            "a value NeMo-Run's executor.assign() sets when the task is added to an Experiment",
+            detail=(
+                f"setup() was called on a {self.label} that is not assigned to a job yet, and the paths the job "
+                "reads its launch script and NVRx config from depend on the job's directory. Add the task with "
+                "run.Experiment(...).add(task, executor=executor, plugins=[...]), or call "
+                "executor.assign(exp_id, exp_dir, task_id, task_dir) before setup()"
+            ),
+        )
 
 
 def attach_ft_mapping(executor: Any, mapping: dict[str, Any], *, plugin: str) -> None:

@@ -62,7 +62,7 @@ class DGXCloudRules(ExecutorRules):
 
     def install_entry(self, *, plugin: str) -> str:
         launch = self.entry_launch_path(
-            self.executor.pvc_job_dir, "launch_script.sh", "executor.pvc_nemo_run_dir", plugin=plugin
+            self.executor.pvc_job_dir, "launch_script.sh", "executor.pvc_job_dir", plugin=plugin
         )
         line = entry_shell(f"/bin/bash {launch}")
         ours = {"command": "sh -c", "args": f"'{line}'"}
