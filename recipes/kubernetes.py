@@ -52,5 +52,5 @@ RECIPE = Recipe(
     ),
     script=SCRIPT,
     step_time_s=6.0,
-    save_time_s=60.0,
+    save_time_s=20.0,
 )

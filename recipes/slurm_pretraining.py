@@ -52,5 +52,5 @@ RECIPE = Recipe(
     notes=("AsyncCheckpointPlugin needs checkpoint.save on the task (a torch_dist or fsdp_dtensor format).",),
     script=SCRIPT,
     step_time_s=6.0,
-    save_time_s=60.0,
+    save_time_s=30.0,
 )
