@@ -153,3 +153,12 @@ def test_the_site_builds_with_warnings_as_errors(tmp_path):
     for name in ("FaultTolerancePlugin", "PreemptionPlugin", "StragglerDetectionPlugin", "InProcessRestartPlugin",
                  "AsyncCheckpointPlugin", "LocalCheckpointPlugin", "RerunStateMachinePlugin", "ResiliencyConfigError"):
         assert f'id="nemo_resiliency_plugins.{name}"' in api, name
+    # The recipe page's catalog is written from recipes/*.py at build time (docs/recipe_page.py): every recipe
+    # file's recipe has its section, with its experiment script, on the built page.
+    from nemo_resiliency_plugins.recipes import RECIPES
+
+    page = (out / "recipes.html").read_text()
+    assert "recipe-catalog" not in page, "the marker was left on the page"
+    for name in RECIPES:
+        assert f'id="{name}"' in page and f'<span class="s2">"{name}"</span>' in page, name  # heading, script
+        assert f"recipes/{name.replace('-', '_')}.py" in page, name
