@@ -126,3 +126,8 @@ def _process_docstring(app, what, name, obj, options, lines: list[str]) -> None:
 
 def setup(app):
     app.connect("autodoc-process-docstring", _process_docstring)
+    # The recipe page's catalog is written from the recipe files at build time (docs/recipe_page.py).
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from recipe_page import fill_marker
+
+    app.connect("source-read", fill_marker)

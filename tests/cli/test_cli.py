@@ -45,6 +45,7 @@ def test_the_command_runs_as_a_subprocess_too():
     out = subprocess.run(
         [sys.executable, "-m", "nemo_resiliency_plugins.tools.cli", "list", "--json"],
         capture_output=True,
+        cwd="/",  # not the checkout: `python -m` puts the working directory first, and the installed package is tested
         text=True,
         timeout=HANG_GUARD_S,
     )

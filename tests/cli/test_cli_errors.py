@@ -133,6 +133,7 @@ def test_the_installed_entry_point_reports_a_typo_on_stderr():
     out = subprocess.run(
         [sys.executable, "-m", "nemo_resiliency_plugins.tools.cli", "doctor", "local-smok"],
         capture_output=True,
+        cwd="/",  # not the checkout: `python -m` puts the working directory first, and the installed package is tested
         text=True,
         timeout=HANG_GUARD_S,
     )

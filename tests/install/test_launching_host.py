@@ -184,3 +184,15 @@ def test_the_cli_runs_every_command_on_every_recipe_without_a_traceback(host, tm
             json.loads(r["stdout"])  # the JSON output is JSON
     assert plot["code"] == 3 and "nemo-resiliency-plugins[plot]" in plot["stderr"], plot
     assert written["code"] == 0, "plan --plot simulated and wrote something although matplotlib is missing"
+    # The installed wheel's catalog is the checkout's recipes/ folder (issue 53): one recipe per recipe file.
+    listed = next(r for r in results if r["argv"] == ["list", "--json"])
+    assert {r["name"] for r in json.loads(listed["stdout"])} == _checkout_recipe_names()
+
+
+def _checkout_recipe_names() -> set[str]:
+    """The recipes of the checkout's top-level recipes/, read from its files (each assigns RECIPE)."""
+    return {
+        path.stem.replace("_", "-")
+        for path in (REPO / "recipes").glob("*.py")
+        if not path.name.startswith("_") and re.search(r"^RECIPE = ", path.read_text(), re.MULTILINE)
+    }

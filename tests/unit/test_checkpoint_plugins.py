@@ -321,17 +321,10 @@ def test_doctor_reads_async_and_local_settings_from_the_task_without_plugins():
 
 
 def _recipes():
-    """This checkout's recipe catalog (the installed package may map ``nemo_resiliency_plugins.recipes`` elsewhere)."""
-    import importlib.util
-    import sys
-    from pathlib import Path
+    """The recipe catalog: the top-level recipes/, installed as ``nemo_resiliency_plugins.recipes`` (issue 53)."""
+    import nemo_resiliency_plugins.recipes
 
-    path = Path(__file__).resolve().parents[2] / "nemo_resiliency_plugins" / "recipes" / "__init__.py"
-    spec = importlib.util.spec_from_file_location("nrp_recipes_under_test", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return nemo_resiliency_plugins.recipes
 
 
 def test_recipes_carry_the_checkpoint_plugins_and_apply_to_a_real_slurm_job(tmp_path):

@@ -143,7 +143,9 @@ def test_the_site_builds_with_warnings_as_errors(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", "-d", str(tmp_path / "doctrees"),
          str(DOCS), str(out)],
-        capture_output=True, text=True, cwd=REPO, env={**os.environ, "PYTHONWARNINGS": "ignore"}, timeout=900,
+        # Not from the checkout: `python -m` puts the working directory first, and the site documents the installed
+        # package (the checkout's nemo_resiliency_plugins/ has no recipes/: the wheel maps the top-level one in).
+        capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "PYTHONWARNINGS": "ignore"}, timeout=900,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     built = {p.relative_to(out).with_suffix("").as_posix() for p in out.rglob("*.html")}
@@ -153,3 +155,12 @@ def test_the_site_builds_with_warnings_as_errors(tmp_path):
     for name in ("FaultTolerancePlugin", "PreemptionPlugin", "StragglerDetectionPlugin", "InProcessRestartPlugin",
                  "AsyncCheckpointPlugin", "LocalCheckpointPlugin", "RerunStateMachinePlugin", "ResiliencyConfigError"):
         assert f'id="nemo_resiliency_plugins.{name}"' in api, name
+    # The recipe page's catalog is written from recipes/*.py at build time (docs/recipe_page.py): every recipe
+    # file's recipe has its section, with its experiment script, on the built page.
+    from nemo_resiliency_plugins.recipes import RECIPES
+
+    page = (out / "recipes.html").read_text()
+    assert "recipe-catalog" not in page, "the marker was left on the page"
+    for name in RECIPES:
+        assert f'id="{name}"' in page and f'<span class="s2">"{name}"</span>' in page, name  # heading, script
+        assert f"recipes/{name.replace('-', '_')}.py" in page, name

@@ -68,12 +68,21 @@ def test_the_wheel_holds_every_file_of_the_package_and_the_installed_copy_is_tha
         if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
     }
     assert source - names == set(), f"files of the package missing from {wheel.name}"
+    # The top-level recipes/ (the catalog, issue 53) ships as nemo_resiliency_plugins/recipes/, every file of it.
+    recipes = {
+        f"nemo_resiliency_plugins/recipes/{p.name}"
+        for p in (REPO / "recipes").iterdir()
+        if p.is_file() and p.suffix != ".pyc"
+    }
+    assert len(recipes) > 3 and recipes - names == set(), f"recipe files missing from {wheel.name}"
+    assert not {n for n in names if n.startswith("recipes/")}, "a top-level `recipes` package in the wheel"
     # What the issue found missing, and what item 3 ships into jobs, by name.
     for required in (
         "nemo_resiliency_plugins/core/executors/__init__.py",
         "nemo_resiliency_plugins/tools/planning/plan.py",
         "nemo_resiliency_plugins/core/sbatch/requeue_guard.sh",
         "nemo_resiliency_plugins/recipes/local_fault_tolerance.py",
+        "nemo_resiliency_plugins/recipes/slurm_pretraining.py",
         "nemo_resiliency_plugins/job/rank_keeper.py",
         "nemo_resiliency_plugins/job/local_checkpoint_guard.py",
         "nemo_resiliency_plugins/py.typed",
@@ -104,3 +113,19 @@ def test_metadata_declares_license_dependencies_extras_and_one_version():
         [sys.executable, "-m", "nemo_resiliency_plugins", "--version"], capture_output=True, text=True, cwd="/"
     )
     assert out.returncode == 0 and out.stdout.strip() == f"nemo-resiliency {meta['Version']}", out
+
+
+def test_pyproject_lists_every_package_folder():
+    """The package list is written out (one package lives in recipes/): a folder with an ``__init__.py`` missing
+    from it would be missing from every user's wheel."""
+    import tomllib
+
+    setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders = {
+        ".".join(p.parent.relative_to(REPO).parts)
+        for p in (REPO / "nemo_resiliency_plugins").rglob("__init__.py")
+        if "__pycache__" not in p.parts
+    }
+    assert set(setuptools["packages"]) == folders | {"nemo_resiliency_plugins.recipes"}
+    assert setuptools["package-dir"] == {"nemo_resiliency_plugins.recipes": "recipes"}
+    assert not (REPO / "nemo_resiliency_plugins" / "recipes").exists(), "two catalogs: recipes/ is the one"

@@ -13,8 +13,10 @@ import sys
 from pathlib import Path
 
 import nemo_resiliency_plugins
+import nemo_resiliency_plugins.recipes
 
 PKG = Path(nemo_resiliency_plugins.__file__).parent
+RECIPES_DIR = Path(nemo_resiliency_plugins.recipes.__file__).parent
 PLUGIN_MODULES = (
     "fault_tolerance",
     "straggler",
@@ -32,6 +34,10 @@ def _modules() -> dict[str, Path]:
         rel = path.relative_to(PKG.parent).with_suffix("")
         parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
         found[".".join(parts)] = path
+    # The recipe catalog is the top-level recipes/, installed as nemo_resiliency_plugins.recipes (issue 53): in an
+    # editable install it is not under PKG, and its rules are the package's all the same.
+    for path in RECIPES_DIR.glob("*.py"):
+        found["nemo_resiliency_plugins.recipes" + ("" if path.stem == "__init__" else f".{path.stem}")] = path
     return found
 
 
