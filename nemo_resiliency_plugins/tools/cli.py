@@ -389,6 +389,7 @@ def report(
 ) -> None:
     """What happened to a job that ran: per Slurm attempt and launcher cycle, what ended it and what it cost, and
     each fault next to what plan's model says it costs."""
+    from nemo_resiliency_plugins.tools.planning.measured import phase_lines, restart_phases
     from nemo_resiliency_plugins.tools.report import print_reports, report_experiment
     from nemo_resiliency_plugins.tools.report_plan import compare, print_vs_plan, saved_plugins
 
@@ -405,18 +406,22 @@ def report(
     vs_plan = [
         None if p is None else compare(job, p, restart_s=restart_time) for job, p in zip(reports, plugins, strict=True)
     ]
+    phases = [restart_phases(job) for job in reports]  # each restart's phases (tools/planning/measured.py)
     if json_out:
         _emit_json(
             [
                 job.to_json()
                 | {"timeline": png, "vs_plan": None if rows is None else [dataclasses.asdict(r) for r in rows]}
-                for job, rows in zip(reports, vs_plan, strict=True)
+                | {"restart_phases": [dataclasses.asdict(r) for r in restarts]}
+                for job, rows, restarts in zip(reports, vs_plan, phases, strict=True)
             ]
         )
         return
-    for job, rows in zip(reports, vs_plan, strict=True):
+    for job, rows, restarts in zip(reports, vs_plan, phases, strict=True):
         print_reports(console, [job])
         print_vs_plan(console, rows, restart_given=restart_time is not None)
+        for line in phase_lines(restarts):
+            console.print(line, markup=False, highlight=False)
     if png:
         console.print(f"timeline: {png}", markup=False, highlight=False)
 

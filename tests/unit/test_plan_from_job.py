@@ -194,3 +194,17 @@ def test_restart_phases_are_consistent_on_cpu_jobs(tmp_path, fixture):
         known = [v for v in r.phases.values() if v is not None]
         assert all(v >= 0 for v in known) and r.phases["launcher"] is not None and r.phases["first step"] is not None
         assert sum(known) <= r.span_s + 1e-6
+
+
+def test_report_prints_each_restarts_phases(tmp_path, capsys):
+    """``report`` on the kill-then-hang job: a phases line per restart, and the same phases in --json (a log older
+    than the workload's setup lines: the launcher's phase and the first step's, the others "-")."""
+    exp = _kill_then_hang(tmp_path)
+    code, out, err = _run(capsys, "report", str(exp), "--json")
+    assert code == 0, err
+    (data,) = json.loads(out)
+    kill, hang = data["restart_phases"]
+    assert list(kill["phases"]) == list(PHASES) and kill["phases"]["imports"] is None
+    assert 0 < kill["phases"]["launcher"] < kill["span_s"]
+    code, out, _ = _run(capsys, "report", str(exp))
+    assert code == 0 and "restart after cycle 1 (attempt 0)" in " ".join(out.split())

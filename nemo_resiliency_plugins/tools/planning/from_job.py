@@ -14,7 +14,7 @@ import math
 from typing import Any
 
 from nemo_resiliency_plugins.tools.planning.failures import FailureModel
-from nemo_resiliency_plugins.tools.planning.measured import Measured
+from nemo_resiliency_plugins.tools.planning.measured import Measured, phase_lines
 from nemo_resiliency_plugins.tools.planning.plan import PlanReport, plan
 from nemo_resiliency_plugins.tools.planning.recovery import RunParams
 
@@ -158,10 +158,7 @@ def measured_lines(m: Measured, job: JobPrediction) -> list[str]:
         f"goodput of this job: measured {m.goodput:.4f} (report), plan's model for its own faults {job.goodput:.4f} "
         f"(+/- {job.margin:.4f}: whole-second log stamps)",
     ]
-    for r in m.restarts:
-        parts = ", ".join(f"{k} {'-' if v is None else f'{v:g} s'}" for k, v in r.phases.items())
-        lines.append(f"restart after cycle {r.cycle} (attempt {r.attempt}), {r.span_s:g} s: {parts}")
-    return lines
+    return lines + phase_lines(m.restarts)
 
 
 def print_from_job(console: Any, m: Measured, job: JobPrediction, report: PlanReport) -> None:

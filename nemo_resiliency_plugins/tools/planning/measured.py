@@ -217,6 +217,15 @@ def restart_phases(job: JobReport) -> list[RestartPhases]:
     return out
 
 
+def phase_lines(restarts: list[RestartPhases]) -> list[str]:
+    """One line per restart: its span and each phase ("-" where the log has no line for it)."""
+    out = []
+    for r in restarts:
+        parts = ", ".join(f"{k} {'-' if v is None else f'{v:g} s'}" for k, v in r.phases.items())
+        out.append(f"restart after cycle {r.cycle} (attempt {r.attempt}), {r.span_s:g} s: {parts}")
+    return out
+
+
 def _setup_marks(log: Path) -> dict[int, dict[str, dt.datetime]]:
     """Per cycle: when each setup line of its first rank was stamped, and the imports' end (the process-group line's
     stamp less "time to initialize megatron")."""
@@ -286,4 +295,4 @@ def measure(experiment: str | Path, plugins: list[Any] | None = None) -> Measure
     )
 
 
-__all__ = ["PHASES", "Measured", "RestartPhases", "measure", "restart_phases", "step_and_save"]
+__all__ = ["PHASES", "Measured", "RestartPhases", "measure", "phase_lines", "restart_phases", "step_and_save"]
