@@ -130,11 +130,11 @@ def recipe_override(report: PlanReport, recipe: str = "slurm-pretraining") -> tu
         ft["spare_nodes"] = rec["warm_reserve"]["nodes"]
     overrides: dict[str, Any] = {"FaultTolerancePlugin": ft, "PreemptionPlugin": {"preempt_time": rec["preempt_time"]}}
     step = report.params.step_time_s
-    task = {"checkpoint.save_interval": max(1, round(rec["save_interval_s"] / step))}  # the steps plan prints
+    config_overrides = {"checkpoint.save_interval": max(1, round(rec["save_interval_s"] / step))}
     if rec.get("local_save_interval_s"):
-        task["non_persistent_save_interval"] = max(1, round(rec["local_save_interval_s"] / step))
+        config_overrides["non_persistent_save_interval"] = max(1, round(rec["local_save_interval_s"] / step))
     args = ", ".join(f"{name}={value!r}" for name, value in overrides.items())
-    return f"get_recipe({recipe!r}, {args})", {"overrides": overrides, "task": task}
+    return f"get_recipe({recipe!r}, {args})", {"overrides": overrides, "task": config_overrides}
 
 
 def _round(value: float) -> float:
