@@ -472,7 +472,13 @@ def _train_once(cfg: ConfigContainer, state: GlobalState, restart_store: Any = N
             with cpu.simulated_fault_device_on_cpu():
                 fault_tolerance.maybe_setup_simulated_fault(cfg.ft)
 
+        # Megatron Bridge's setup() lines, at the points it prints them (report's restart phases read them): the
+        # seconds since GlobalState was made (after the imports), then the stamped barrier lines around the model's
+        # build and the checkpoint's load.
+        _setup_line(f"time to initialize megatron (seconds): {time.time() - state.start_time:.3f}", barrier=False)
+        _setup_line("after megatron is initialized")
         trainer = _Trainer(cfg, state)
+        _setup_line("after model, optimizer, and learning rate scheduler are built")
         injector = FaultInjector(FaultSpec.from_env(), trainer.rank, trainer.world, trainer.save_dir, cfg.checkpoint)
         if trainer.save_dir and trainer.rank == 0:
             os.makedirs(trainer.save_dir, exist_ok=True)
@@ -481,6 +487,7 @@ def _train_once(cfg: ConfigContainer, state: GlobalState, restart_store: Any = N
         if rerun_state_machine.current_iteration != state.train_state.step:
             rerun_state_machine.current_iteration = state.train_state.step
         train_step = _setup_nvrx_straggler(state, trainer)
+        _setup_line("after dataloaders are built")
         dist.barrier()
 
         train_iters = cfg.train.train_iters
@@ -567,6 +574,15 @@ def _train_once(cfg: ConfigContainer, state: GlobalState, restart_store: Any = N
         if created_pg and dist.is_initialized():
             dist.destroy_process_group()
         destroy_rerun_state_machine()
+
+
+def _setup_line(what: str, *, barrier: bool = True) -> None:
+    """One of Megatron Bridge's setup lines: ``print_rank_0`` of ``what``, or with ``barrier`` its
+    ``barrier_and_log`` (a barrier, then ``[what] datetime: <Y-m-d H:M:S>`` on rank 0)."""
+    if barrier:
+        barrier_and_log(what)
+    elif dist.get_rank() == 0:
+        print(what, flush=True)
 
 
 def _iteration_line(state: GlobalState, train_iters: int, seconds_per_iteration: float) -> str:

@@ -389,6 +389,7 @@ def report(
 ) -> None:
     """What happened to a job that ran: per Slurm attempt and launcher cycle, what ended it and what it cost, and
     each fault next to what plan's model says it costs."""
+    from nemo_resiliency_plugins.tools.planning.measured import phase_lines, restart_phases
     from nemo_resiliency_plugins.tools.report import print_reports, report_experiment
     from nemo_resiliency_plugins.tools.report.plan import compare, print_vs_plan, saved_plugins
 
@@ -405,18 +406,22 @@ def report(
     vs_plan = [
         None if p is None else compare(job, p, restart_s=restart_time) for job, p in zip(reports, plugins, strict=True)
     ]
+    phases = [restart_phases(job) for job in reports]  # each restart's phases (tools/planning/measured.py)
     if json_out:
         _emit_json(
             [
                 job.to_json()
                 | {"timeline": png, "vs_plan": None if rows is None else [dataclasses.asdict(r) for r in rows]}
-                for job, rows in zip(reports, vs_plan, strict=True)
+                | {"restart_phases": [dataclasses.asdict(r) for r in restarts]}
+                for job, rows, restarts in zip(reports, vs_plan, phases, strict=True)
             ]
         )
         return
-    for job, rows in zip(reports, vs_plan, strict=True):
+    for job, rows, restarts in zip(reports, vs_plan, phases, strict=True):
         print_reports(console, [job])
         print_vs_plan(console, rows, restart_given=restart_time is not None)
+        for line in phase_lines(restarts):
+            console.print(line, markup=False, highlight=False)
     if png:
         console.print(f"timeline: {png}", markup=False, highlight=False)
 
@@ -552,8 +557,11 @@ def plugins_for(target: str, overrides: dict[str, dict[str, Any]] | None = None)
 @_guarded("plan")
 def plan(
     gpus: int = typer.Option(..., "--gpus", help="GPUs the run trains on."),
-    step_time: float = typer.Option(..., "--step-time", help="Seconds one training step takes."),
-    save_time: float = typer.Option(..., "--save-time", help="Seconds one persistent checkpoint save takes."),
+    step_time: float = typer.Option(None, "--step-time", help="Seconds one training step takes."),
+    save_time: float = typer.Option(None, "--save-time", help="Seconds one persistent checkpoint save takes."),
+    from_dir: str = typer.Option(
+        None, "--from", help="A finished job's saved experiment: its measured figures set the next run's settings."
+    ),
     async_save: bool = typer.Option(False, "--async-save", help="Saves are async (training waits ~one step)."),
     local_save_time: float = typer.Option(None, "--local-save-time", help="Seconds one local checkpoint takes."),
     restart_time: float = typer.Option(None, "--restart-time", help="Seconds from a restart to training again."),
@@ -575,6 +583,13 @@ def plan(
     from nemo_resiliency_plugins.tools.planning.report import print_report, stated_defaults, write_plot
 
     _positive("--gpus", gpus, integer=True)
+    if from_dir is not None:
+        given = {"--step-time": step_time, "--save-time": save_time, "--restart-time": restart_time}
+        given |= {"--save-interval": save_interval, "--async-save": async_save or None}
+        if clash := [name for name, value in given.items() if value is not None]:
+            raise UsageError(f"--from measures {', '.join(clash)} from the job: give one or the other")
+    elif step_time is None or save_time is None:
+        raise UsageError("--step-time and --save-time are required (or --from EXPERIMENT_DIR, which measures them)")
     _positive("--step-time", step_time)
     _positive("--save-time", save_time)
     _positive("--local-save-time", local_save_time)
@@ -589,6 +604,9 @@ def plan(
         raise UsageError(f"--failure-profile {failure_profile!r}: expected one of {', '.join(PROFILES)}")
     _png_option("--plot", plot)  # before the simulation, not after it
     failures = parse_failure_rate(failure_rate) if failure_rate is not None else PROFILES[failure_profile or "llama3"]()
+    if from_dir is not None:
+        _plan_from(from_dir, gpus, days, failures, plugins, local_save_time, seed, json_out, plot)
+        return
     params = RunParams(
         gpus=gpus,
         step_time_s=step_time,
@@ -611,6 +629,36 @@ def plan(
         _emit_json(report.to_json() | {"plot": png})
         return
     print_report(console, report, png)
+
+
+def _plan_from(
+    from_dir: str,
+    gpus: int,
+    days: float,
+    failures: Any,
+    plugins: str | None,
+    local_save_time: float | None,
+    seed: int,
+    json_out: bool,
+    plot: str | None,
+) -> None:
+    """``plan --from``: the job's figures (tools/planning/measured.py) into plan (tools/planning/from_job.py)."""
+    from nemo_resiliency_plugins.tools.planning.from_job import next_run, predict_job, print_from_job, to_json
+    from nemo_resiliency_plugins.tools.planning.measured import measure
+    from nemo_resiliency_plugins.tools.planning.report import write_plot
+
+    given = plugins_for(plugins)() if plugins is not None else None
+    with _quiet():  # loading the saved experiment: NeMo-Run's own lines are not the plan
+        measured = measure(os.path.expanduser(from_dir), given)
+    job = predict_job(measured)
+    report = next_run(measured, gpus=gpus, days=days, failures=failures, seed=seed, local_save_time_s=local_save_time)
+    png = write_plot(report, plot) if plot else None
+    if json_out:
+        _emit_json(to_json(measured, job, report) | {"plot": png})
+        return
+    print_from_job(console, measured, job, report)
+    if png:
+        console.print(f"plot: {png}", highlight=False)
 
 
 def main(argv: list[str] | None = None) -> None:
