@@ -97,6 +97,14 @@ MB_ITERATION = re.compile(
     r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\] iteration\s+(\d+)/\s*\d+ \|.*?"
     r"elapsed time per iteration \(ms\): ([0-9.]+) \|"
 )
+#: Megatron Bridge's setup (training/setup.py): the seconds since GlobalState was made (after the imports), then
+#: barrier_and_log's stamped lines (whole seconds), in this order; the checkpoint is loaded between the model's and
+#: the data loaders' lines (the reference workload prints the same lines at the same points): restart phases.
+MB_INIT_SECONDS = re.compile(r"time to initialize megatron \(seconds\): ([0-9.]+)")
+MB_SETUP_STAMP = re.compile(
+    r"\[(after megatron is initialized|after model, optimizer, and learning rate scheduler are built|"
+    r"after dataloaders are built)\] datetime: (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)"
+)
 MB_LOADED = re.compile(r"successfully loaded checkpoint from .* at iteration (\d+)")
 MB_SAVED = re.compile(r"successfully saved checkpoint from iteration\s+(\d+)")
 #: training/nvrx_straggler.py (rank 0): the warning, NVRx's StragglerId set in it, the stop line.
@@ -207,6 +215,8 @@ FIXTURES: dict[str, str] = {
     "SBATCH_HOSTNAMES": "++ scontrol show hostnames 'nrp-node[1-3]'",
     "MB_ITERATION": "[2026-12-05 10:01:07] iteration       10/      40 | consumed samples: 80 | "
     "elapsed time per iteration (ms): 101.5 | learning rate: 1.0E-04 |",
+    "MB_INIT_SECONDS": "time to initialize megatron (seconds): 12.345",
+    "MB_SETUP_STAMP": "[after model, optimizer, and learning rate scheduler are built] datetime: 2026-12-05 10:01:02",
     "MB_LOADED": "successfully loaded checkpoint from /ckpt at iteration 20",
     "MB_SAVED": "successfully saved checkpoint from iteration      20 to /ckpt",
     "MB_STRAGGLERS": "STRAGGLER DETECTION WARNING: Some GPUs have worse relative performance. Affected ranks: "

@@ -18,10 +18,11 @@ from pathlib import Path
 import pytest
 
 from nemo_resiliency_plugins import FaultTolerancePlugin
+from nemo_resiliency_plugins.job.log_lines import MB_ITERATION as TRAINING_LOG
 from nemo_resiliency_plugins.recipes import get_recipe
 from nemo_resiliency_plugins.tools.cli import main
 from nemo_resiliency_plugins.tools.planning.from_job import predict_job
-from nemo_resiliency_plugins.tools.planning.measured import PHASES, TRAINING_LOG, measure, restart_phases
+from nemo_resiliency_plugins.tools.planning.measured import PHASES, measure, restart_phases
 from nemo_resiliency_plugins.tools.report import report_experiment, report_job
 
 ROOT = Path(__file__).resolve().parents[2]

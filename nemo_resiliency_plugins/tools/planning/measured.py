@@ -19,27 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
+from nemo_resiliency_plugins.job import log_lines as ll
 from nemo_resiliency_plugins.tools.report import JobReport, report_experiment
 
-# ---- LOG PATTERNS (issue 52; to move into job/log_lines.py at merge) ---------------------------------------------
-# Megatron Bridge's training_log line (report reads it too): the iteration and its time, one per logged iteration
-TRAINING_LOG = re.compile(
-    r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\] iteration\s+(\d+)/\s*\d+ \|.*?"
-    r"elapsed time per iteration \(ms\): ([0-9.]+) \|"
-)
-# Megatron Bridge's setup (training/setup.py): print_rank_0 of the seconds since GlobalState was created (after the
-# imports), then barrier_and_log's stamped lines (whole seconds), in this order; the checkpoint is loaded between the
-# model's and the data loaders' lines. The reference workload prints the same lines at the same points.
-INIT_SECONDS = re.compile(r"time to initialize megatron \(seconds\): ([0-9.]+)")
-SETUP_STAMP = re.compile(
-    r"\[(after megatron is initialized|after model, optimizer, and learning rate scheduler are built|"
-    r"after dataloaders are built)\] datetime: (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)"
-)
-# torch's elastic agent's cycle line, so that setup lines are placed in the cycle whose workers printed them
-RESTART_COUNT = re.compile(r"\brestart_count=(\d+)\b")
-# report's own wording of a section timeout's detection (CycleRow.detected_by), for the timeout NVRx applied
+# The lines read here are job/log_lines.py's (Megatron Bridge's training_log and setup lines, torch's cycle line); this
+# one reads report's own wording of a section timeout's detection (CycleRow.detected_by), not a log line.
 FIRED_TIMEOUT = re.compile(r"timeout \(open [0-9.]+ s, timeout ([0-9.]+) s\)")
-# ------------------------------------------------------------------------------------------------------------------
 
 _OWNER = "nemo-resiliency plan --from"
 #: The phases of a restart, in order: each ends where the next begins (report's cycle times and the lines above)
@@ -125,9 +110,9 @@ def _iteration_times(job: JobReport) -> list[tuple[int, int, float]]:
     for index, attempt in enumerate(job.attempts):
         cycle = 0
         for line in Path(attempt.log).read_text(errors="replace").splitlines():
-            if m := RESTART_COUNT.search(line):
+            if ll.is_launcher_line(line) and (m := ll.TORCH_RESTART.search(line)):
                 cycle = max(cycle, int(m.group(1)))
-            elif m := TRAINING_LOG.search(line):
+            elif m := ll.MB_ITERATION.search(line):
                 out.append((index * 10_000 + cycle, int(m.group(2)), float(m.group(3))))
     return out
 
@@ -233,11 +218,11 @@ def _setup_marks(log: Path) -> dict[int, dict[str, dt.datetime]]:
     init_s: dict[int, float] = {}
     cycle = 0
     for line in log.read_text(errors="replace").splitlines():
-        if m := RESTART_COUNT.search(line):
+        if ll.is_launcher_line(line) and (m := ll.TORCH_RESTART.search(line)):
             cycle = max(cycle, int(m.group(1)))
-        elif m := INIT_SECONDS.search(line):
+        elif m := ll.MB_INIT_SECONDS.search(line):
             init_s.setdefault(cycle, float(m.group(1)))
-        elif m := SETUP_STAMP.search(line):
+        elif m := ll.MB_SETUP_STAMP.search(line):
             phase = _SETUP_PHASE[m.group(1)]
             marks.setdefault(cycle, {}).setdefault(phase, dt.datetime.strptime(m.group(2), "%Y-%m-%d %H:%M:%S"))
     for cycle, seconds in init_s.items():
@@ -249,7 +234,7 @@ def _setup_marks(log: Path) -> dict[int, dict[str, dt.datetime]]:
 def measure(experiment: str | Path, plugins: list[Any] | None = None) -> Measured:
     """The figures of the one job in ``experiment`` (a saved experiment, or a job's folder in it), with the plugins
     NeMo-Run saved with it, or ``plugins`` (the same settings, given) where the saved experiment cannot be loaded."""
-    from nemo_resiliency_plugins.tools.report_plan import compare, saved_plugins
+    from nemo_resiliency_plugins.tools.report.plan import compare, saved_plugins
 
     jobs = report_experiment(experiment)
     if len(jobs) != 1:
