@@ -102,7 +102,7 @@ def test_preemption_on_dgx_cloud_makes_the_entry_the_workloads_command():
     with pytest.raises(ResiliencyConfigError, match=r"custom_spec\['command'\] = 'python train.py'.*replaces"):
         render(dgxcloud(custom_spec={"command": "python train.py"}), plugins)
     # The launch script's path goes into a shell line as one word: a directory bash would split is refused.
-    with pytest.raises(ResiliencyConfigError, match=r"executor\.pvc_nemo_run_dir = .*nemo run.*shell line"):
+    with pytest.raises(ResiliencyConfigError, match=r"executor\.pvc_job_dir = .*nemo run.*shell line"):
         spaced = dgxcloud()
         spaced.pvc_nemo_run_dir = "/pvc/nemo run"
         render(spaced, [PreemptionPlugin()])

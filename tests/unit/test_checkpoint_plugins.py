@@ -192,7 +192,7 @@ def test_local_only_schedule_with_preemption_names_the_requeue():
 
 
 def test_replication_factor_above_the_node_count_is_refused(tmp_path):
-    with pytest.raises(ResiliencyConfigError, match=r"at most the job's node count \(2, executor.nodes\)"):
+    with pytest.raises(ResiliencyConfigError, match=r"at most the job's training node count \(2: executor.nodes"):
         lcp(replication=True, replication_jump=8, replication_factor=3).setup(script(*SCHEDULE), slurm(tmp_path))
     with pytest.raises(ResiliencyConfigError, match=r"node count \(1"):
         lcp(replication=True, replication_jump=2).setup(script(*SCHEDULE), local())

@@ -278,7 +278,7 @@ def test_exit_signal_handler_false_is_fine():
 
 
 def test_a_second_inprocess_plugin_is_refused():
-    with pytest.raises(ResiliencyConfigError, match="second in-process restart plugin"):
+    with pytest.raises(ResiliencyConfigError, match="two InProcessRestartPlugins with different settings on one job"):
         add_job(script(), local(), [InProcessRestartPlugin(), InProcessRestartPlugin(granularity="rank")])
 
 

@@ -333,7 +333,9 @@ def test_19_two_plugins_with_different_retries_are_an_error_even_when_one_is_zer
             slurm(tmp_path),
             [FaultTolerancePlugin(num_job_retries_on_failure=0), FaultTolerancePlugin(num_job_retries_on_failure=2)],
         )
-    assert "FaultTolerancePlugin.num_job_retries_on_failure=0" in str(info.value)
+    # Both plugins' values are named (the twin-plugin rule of core/executor_config.claim_plugin).
+    assert "FaultTolerancePlugin.num_job_retries_on_failure = 2" in str(info.value), info.value
+    assert "(num_job_retries_on_failure=0 vs 2)" in str(info.value), info.value
     job = add_job(
         script(),
         slurm(tmp_path),
