@@ -60,8 +60,10 @@ NVRX_WILL_RESTART = re.compile(r"will restart worker group")
 # ---- torch 2.x elastic (torchrun's agent; NVRx's launcher reuses it) ------------------------------------------
 #: glog-style stamp of torch's launcher modules: month, day, time, pid, no year (``match``). Only its own modules:
 #: a rank run by a plain interpreter logs torch's import warnings in the same format, which no launcher timed.
+#: The file is named as torch's logging finds it: ``torch/distributed/...`` on the path, or a longer path to the same
+#: module (``.venv/lib/python3.12/site-packages/torch/...`` inside NeMo-Run's Docker container): any prefix.
 TORCH_GLOG = re.compile(
-    r"^[IWEF](\d\d)(\d\d) (\d\d:\d\d:\d\d\.\d+) +(\d+) torch/distributed/(?:run|launcher/|elastic/)"
+    r"^[IWEF](\d\d)(\d\d) (\d\d:\d\d:\d\d\.\d+) +(\d+) (?:\S*/)?torch/distributed/(?:run|launcher/|elastic/)"
 )
 TORCH_RESTART = re.compile(r"\brestart_count=(\d+)\b")
 TORCH_EXITCODE = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)")

@@ -82,3 +82,14 @@ def _regex_literals(path: Path) -> list[str]:
             first = node.args[:1]
             found += [arg.value for arg in first if isinstance(arg, ast.Constant) and isinstance(arg.value, str)]
     return found
+
+
+def test_torch_agent_lines_are_launcher_lines_whatever_the_path_torch_logs():
+    """torch's glog line names its file as the logging module found it: a bare ``torch/distributed/...`` here, a
+    ``.venv/lib/python3.12/site-packages/torch/...`` path in NeMo-Run's Docker container (a crash-loop job's report
+    lost its restarts and exit codes on it), an absolute one elsewhere; only torch's distributed modules count."""
+    rest = " 9 {}torch/distributed/elastic/agent/server/api.py:553]   restart_count=1"
+    for prefix in ("", ".venv/lib/python3.12/site-packages/", "/" + "d/" * 80 + "site-packages/"):
+        assert ll.TORCH_GLOG.match("I1207 17:51:30.644000" + rest.format(prefix)), prefix
+        assert ll.is_launcher_line("I1207 17:51:30.644000" + rest.format(prefix)), prefix
+    assert not ll.TORCH_GLOG.match("W1207 17:51:30.644000 9 .venv/lib/site-packages/torch/_dynamo/utils.py:1] x")
