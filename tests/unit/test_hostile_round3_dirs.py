@@ -120,3 +120,21 @@ def test_the_report_and_plan_from_never_run_a_crafted_job(tmp_path, capsys, comm
     code, out = cli(capsys, *args)
     assert not marker.exists()
     assert "Traceback" not in out and code in (0, 1, 2), out
+
+
+def test_doctor_never_waits_on_a_fifo_named_like_a_file_it_reads(tmp_path):
+    """A status file, ft_state.json, or the NVRx config a saved job names, made a FIFO: read as unreadable at once
+    (a plain open would wait for a writer for ever)."""
+    import os
+
+    from nemo_resiliency_plugins.tools.doctor import _ft_cfg, _ft_state_checks
+    from nemo_resiliency_plugins.tools.job_outcome import container_exit_codes
+
+    for name in ("status_c1.out", "ft_state.json", "ft.yaml"):
+        os.mkfifo(tmp_path / name)
+    assert container_exit_codes(tmp_path) == {"c1": "unreadable: not a regular file of at most 4 KiB"}
+    (check,) = _ft_state_checks(tmp_path / "ft_state.json", None)
+    assert check.verdict == "FAIL" and "not a regular file" in check.detail
+    executor = run.LocalExecutor(env_vars={"PET_FT_CFG_PATH": str(tmp_path / "ft.yaml")})
+    path, cfg, problem = _ft_cfg(executor)
+    assert cfg is None and "not a regular file" in problem
