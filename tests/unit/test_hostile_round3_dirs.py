@@ -138,3 +138,29 @@ def test_doctor_never_waits_on_a_fifo_named_like_a_file_it_reads(tmp_path):
     executor = run.LocalExecutor(env_vars={"PET_FT_CFG_PATH": str(tmp_path / "ft.yaml")})
     path, cfg, problem = _ft_cfg(executor)
     assert cfg is None and "not a regular file" in problem
+
+
+@pytest.mark.parametrize("kind", ["slurm", "docker"])
+def test_a_saved_slurm_or_docker_job_is_read_back_as_data(tmp_path, capsys, monkeypatch, kind):
+    """The executors' own nested classes (Slurm's job details, the package's FT launcher) are on the allowlist."""
+    import os
+    import sys
+
+    from tests.helpers import slurm
+
+    monkeypatch.setattr(sys, "stdin", open(os.devnull))  # noqa: SIM115 - NeMo-Run's Slurm packaging reads stdin
+    executor = (
+        slurm(tmp_path)
+        if kind == "slurm"
+        else run.DockerExecutor(container_image="python:3.12", num_gpus=0, ntasks_per_node=2, packager=run.Packager())
+    )
+    task = run.Script(path="train.py", entrypoint="python", args=["checkpoint.save=/ckpt"])
+    with run.Experiment(f"saved{kind}", base_dir=str(tmp_path / "home"), log_level="ERROR") as exp:
+        exp.add(task, executor=executor, plugins=[FaultTolerancePlugin()], name="train")
+        exp.dryrun(log=False, delete_exp_dir=False)
+        exp_dir = exp._exp_dir
+    ((task, executor, plugins),) = jobs_from_experiment_dir(exp_dir)
+    assert type(executor) is (run.SlurmExecutor if kind == "slurm" else run.DockerExecutor)
+    assert isinstance(executor.launcher, run.FaultTolerance) and [type(p) for p in plugins] == [FaultTolerancePlugin]
+    code, out = cli(capsys, "doctor", exp_dir, "--json")
+    assert code in (0, 1) and '"launcher is ft_launcher"' in out, out
