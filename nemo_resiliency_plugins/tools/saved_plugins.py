@@ -165,7 +165,11 @@ def _job(serialized: str, saved_task: Any) -> SavedJob:
                 value = None
             job_dir = value if isinstance(value, str) else None
         task, task_problem = _task(saved_task)
-        listed = _object(items["plugins"], objects) if "plugins" in items else None
+        node = items.get("plugins")
+        # a job added without plugins saves ``plugins=None``: no plugins, not unknown ones
+        leaf_none = isinstance(node, dict) and node.get("type") == "leaf" and node.get("value") is None
+        no_plugins = node is None or leaf_none
+        listed = None if no_plugins else _object(node, objects)
         if listed is None or _builtin(listed) != "list":
             plugins = [] if listed is None else None
         else:
