@@ -541,16 +541,34 @@ def plugins_for(target: str, overrides: dict[str, dict[str, Any]] | None = None)
     if _looks_like_path(target):
         if overrides:
             raise UsageError("--set applies to recipes; edit the experiment's plugins instead")
-        from nemo_resiliency_plugins.tools.doctor import jobs_from_experiment_dir
-
-        with _quiet():
-            jobs = jobs_from_experiment_dir(target)
-        plugins = next((p for _, _, p in jobs if p), None)
+        plugins = _saved_plugins_of(target)
         if not plugins:
             raise UsageError(f"no job in {target} has plugins attached")
         return lambda: list(plugins)
     recipe = _recipe(target)
     return lambda: recipe.build(**(overrides or {}))
+
+
+def _saved_plugins_of(target: str) -> list[Any] | None:
+    """The first job's plugins of the experiment saved in ``target``, read as data only (tools/saved_plugins.py:
+    nothing from the directory is imported or called); a directory that is not one is one line."""
+    from nemo_resiliency_plugins.errors import ResiliencyConfigError
+    from nemo_resiliency_plugins.tools.saved_plugins import saved_jobs
+
+    exp_dir = os.path.abspath(os.path.expanduser(target))
+    allowed = "an experiment directory NeMo-Run saved ($NEMORUN_HOME/experiments/<title>/<id>, with a _CONFIG file)"
+    if not os.path.isdir(exp_dir) or not os.path.isfile(os.path.join(exp_dir, "_CONFIG")):
+        detail = "no such directory" if not os.path.isdir(exp_dir) else "this directory is not one"
+        raise ResiliencyConfigError("nemo-resiliency", "EXPERIMENT_DIR", exp_dir, allowed, detail=detail)
+    jobs = saved_jobs(exp_dir)
+    if jobs is None:
+        detail = "its _TASKS is missing, not a regular file, or not NeMo-Run's list of jobs"
+        raise ResiliencyConfigError("nemo-resiliency", "EXPERIMENT_DIR", exp_dir, allowed, detail=detail)
+    unread = next((job for job in jobs if job.plugins is None), None)
+    if unread is not None:
+        detail = f"its plugins are read as data only and {unread.problem or 'are not the package plugin classes'}"
+        raise ResiliencyConfigError("nemo-resiliency", "EXPERIMENT_DIR", exp_dir, allowed, detail=detail)
+    return next((job.plugins for job in jobs if job.plugins), None)
 
 
 @app.command()

@@ -66,14 +66,19 @@ def _ft_cfg(executor: Any) -> tuple[str | None, dict | None, str | None]:
         # Off Local and Slurm the mapping rides in the launcher, and NeMo-Run writes it to the file ft_launcher
         # reads (<job_dir>/configs/<job>_executor.yaml): what the launcher carries is what NVRx gets.
         return path, carried, None
+    from nemo_resiliency_plugins.tools.saved_plugins import read_regular
+
+    if not os.path.lexists(path):
+        return path, None, "not on this machine (it is written by the sbatch script on the cluster)"
+    # The path comes from a saved job: a FIFO or a device there must not block or fill doctor (read_regular).
+    raw = read_regular(Path(path))
+    if raw is None:
+        return path, None, "unreadable: not a regular file of a size NVRx's config could have"
     try:
         import yaml
 
-        with open(path) as handle:
-            data = yaml.safe_load(handle) or {}
+        data = yaml.safe_load(raw) or {}
         return path, data.get("fault_tolerance") or {}, None
-    except FileNotFoundError:
-        return path, None, "not on this machine (it is written by the sbatch script on the cluster)"
     except Exception as err:  # a broken file is a finding, not a crash
         return path, None, f"unreadable: {err}"
 
@@ -516,8 +521,13 @@ def _flag_checks(task: Any, executor: Any) -> list[Check]:
 def _ft_state_checks(path: Path, save_time_s: float | None) -> list[Check]:
     if not path.exists():
         return [Check("ft_state.json", "n/a", f"{path} not there (yet): timeouts come from the launcher config")]
+    from nemo_resiliency_plugins.tools.saved_plugins import read_regular
+
+    raw = read_regular(path)  # never blocks on a FIFO named like the state file
     try:
-        state = json.loads(path.read_text())
+        if raw is None:
+            raise ValueError("not a regular file")
+        state = json.loads(raw)
         section = state["current_timeouts"]["section"]
     except Exception as err:
         return [Check("ft_state.json", "FAIL", f"{path} is not parseable ({err}): the next run fails to load it")]
@@ -564,48 +574,35 @@ CHECKS = (
 def jobs_from_experiment_dir(exp_dir: str) -> list[tuple[Any, Any, list[Any]]]:
     """(task, executor, plugins) of every job NeMo-Run saved in ``exp_dir`` (already set up by plugins).
 
-    A directory that is not one NeMo-Run saved (no ``_CONFIG``, too shallow to be
-    ``<home>/experiments/<title>/<id>``, or a config NeMo-Run cannot load) is a :class:`ResiliencyConfigError`
-    naming it, never a traceback from NeMo-Run's loader.
+    Read as data only (:mod:`~nemo_resiliency_plugins.tools.saved_plugins`): doctor, rehearse and plan may be
+    pointed at a directory someone else wrote, and NeMo-Run's own loader imports and calls whatever the saved
+    ``_CONFIG``/``_TASKS`` name. Only this package's plugins and NeMo-Run's own executors, launchers and
+    ``run.Script`` are rebuilt from plain fields. A directory that is not one NeMo-Run saved, or a job holding
+    anything else (a ``run.Partial`` task, a class of the user's), is one :class:`ResiliencyConfigError` naming
+    it and what was not rebuilt, never a traceback and never a partial job.
     """
-    from nemo_run import config as nemo_run_config
+    from nemo_resiliency_plugins.tools.saved_plugins import saved_jobs
 
     exp_dir = os.path.abspath(exp_dir)
     allowed = "an experiment directory NeMo-Run saved ($NEMORUN_HOME/experiments/<title>/<id>, with a _CONFIG file)"
     if not os.path.isdir(exp_dir):
         raise ResiliencyConfigError("nemo-resiliency", "EXPERIMENT_DIR", exp_dir, allowed, detail="no such directory")
-    if len(Path(exp_dir).parents) < 3 or not os.path.isfile(os.path.join(exp_dir, run.Experiment._CONFIG_FILE)):
+    if not os.path.isfile(os.path.join(exp_dir, run.Experiment._CONFIG_FILE)):
         raise ResiliencyConfigError(
             "nemo-resiliency", "EXPERIMENT_DIR", exp_dir, allowed, detail="this directory is not one"
         )
-    # NeMo-Run rebuilds the experiment under $NEMORUN_HOME/experiments/<title>/<id>; an experiment made with
-    # another base_dir is found by pointing that home at the directory three levels up for the duration.
-    saved = nemo_run_config.get_nemorun_home()
-    nemo_run_config.set_nemorun_home(str(Path(exp_dir).parents[2]))
-    try:
-        exp = run.Experiment._from_config(exp_dir)
-        return [(_task_of(job.task), job.executor, list(job.plugins or [])) for job in exp.jobs]
-    except Exception as err:  # NeMo-Run's loader: a broken or foreign _CONFIG
-        raise ResiliencyConfigError(
-            "nemo-resiliency",
-            "EXPERIMENT_DIR",
-            exp_dir,
-            allowed,
-            detail=f"NeMo-Run cannot load it ({type(err).__name__}: {err})",
-        ) from None
-    finally:
-        nemo_run_config.set_nemorun_home(saved)
-
-
-def _task_of(saved: Any) -> Any:
-    """NeMo-Run keeps a reconstructed job's task in its serialized form; rebuild run.Script, keep Partials."""
-    if not isinstance(saved, str):
-        return saved
-    import fiddle as fdl
-    from nemo_run.core.serialization.zlib_json import ZlibJSONSerializer
-
-    config = ZlibJSONSerializer().deserialize(saved)
-    return fdl.build(config) if fdl.get_callable(config) is run.Script else config
+    jobs = saved_jobs(exp_dir)
+    if not jobs:
+        detail = "its _TASKS is missing, not a regular file, or not NeMo-Run's list of jobs"
+        raise ResiliencyConfigError("nemo-resiliency", "EXPERIMENT_DIR", exp_dir, allowed, detail=detail)
+    out = []
+    for index, job in enumerate(jobs):
+        if job.task is None or job.executor is None or job.plugins is None:
+            why = job.problem or "its plugins are not this package's plugin classes of plain fields"
+            detail = f"job {index} is read as data only and {why}"
+            raise ResiliencyConfigError("nemo-resiliency", "EXPERIMENT_DIR", exp_dir, allowed, detail=detail)
+        out.append((job.task, job.executor, list(job.plugins)))
+    return out
 
 
 def summarize(checks: list[Check]) -> dict[str, Any]:

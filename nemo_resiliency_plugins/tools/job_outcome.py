@@ -15,6 +15,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from nemo_resiliency_plugins.tools.saved_plugins import read_regular
+
+#: A status file is one line of JSON (``{"exit_code": N}``).
+STATUS_MAX_BYTES = 4096
+
 __all__ = ["container_exit_codes"]
 
 
@@ -27,11 +32,12 @@ def container_exit_codes(job_dir: str | Path) -> dict[str, int | str]:
     codes: dict[str, int | str] = {}
     for path in sorted(Path(job_dir).glob("status_*.out")):
         name = path.name[len("status_") : -len(".out")]
-        try:
-            text = path.read_text(errors="replace").strip()
-        except OSError as err:
-            codes[name] = f"unreadable: {err}"
+        # A FIFO or a huge file named like a status file must not block or fill doctor: regular files only.
+        raw = read_regular(path, STATUS_MAX_BYTES)
+        if raw is None:
+            codes[name] = "unreadable: not a regular file of at most 4 KiB"
             continue
+        text = raw.decode(errors="replace").strip()
         try:
             codes[name] = int(json.loads(text)["exit_code"])
         except (ValueError, KeyError, TypeError):

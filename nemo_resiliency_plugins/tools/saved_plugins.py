@@ -48,6 +48,24 @@ PLUGIN_CLASSES = {
     ("nemo_resiliency_plugins.rerun", "RerunStateMachinePlugin"),
     ("nemo_resiliency_plugins.straggler", "StragglerDetectionPlugin"),
 }
+#: The NeMo-Run classes a saved job's executor and ``run.Script`` task are rebuilt from (same rules as plugins:
+#: named by string, plain fields only). Anything else (a ``run.Partial`` of a training function, a tunnel that
+#: connects, a class of the user's) is not rebuilt: doctor and rehearse say so in one line.
+RUN_CLASSES = {
+    ("nemo_run.config", "Script"),
+    ("nemo_run.core.execution.local", "LocalExecutor"),
+    ("nemo_run.core.execution.slurm", "SlurmExecutor"),
+    ("nemo_run.core.execution.docker", "DockerExecutor"),
+    ("nemo_run.core.execution.launcher", "Torchrun"),
+    ("nemo_run.core.execution.launcher", "FaultTolerance"),
+    ("nemo_run.core.execution.slurm", "SlurmJobDetails"),
+    ("nemo_run.core.execution.base", "ExecutorMacros"),
+    ("nemo_resiliency_plugins.core.executors.base", "FaultToleranceWithSections"),
+    ("nemo_run.core.packaging.pattern", "PatternPackager"),
+    ("nemo_run.core.packaging.base", "Packager"),
+    ("nemo_run.core.packaging.git", "GitArchivePackager"),
+    ("nemo_run.core.tunnel.client", "LocalTunnel"),
+}
 #: Fields that hold a callable: never rebuilt from a file (left at their default).
 CALLABLE_FIELDS = frozenset({"script_args_converter_fn"})
 _PLAIN_CONTAINERS = {"list", "tuple", "dict"}
@@ -62,10 +80,14 @@ class NotPlain(Exception):
 
 @dataclass(frozen=True)
 class SavedJob:
-    """One job of a saved experiment: its folder as NeMo-Run named it, and its plugins (None: unknown)."""
+    """One job of a saved experiment: its folder as NeMo-Run named it, its plugins (None: unknown), and its task
+    and executor when they are of :data:`RUN_CLASSES` (else None, with ``problem`` saying what was not rebuilt)."""
 
     job_dir: str | None
     plugins: list[Any] | None
+    task: Any = None
+    executor: Any = None
+    problem: str | None = None
 
 
 def read_regular(path: Path, limit: int = MAX_BYTES) -> bytes | None:
@@ -99,8 +121,10 @@ def saved_jobs(exp_dir: str | Path) -> list[SavedJob] | None:
         return None
     jobs = []
     for entry in entries:
+        # NeMo-Run writes [job, task] per job: the job without its task, and the task serialized on its own.
         serialized = entry[0] if isinstance(entry, list) and entry else None
-        jobs.append(_job(serialized) if isinstance(serialized, str) else SavedJob(None, None))
+        task = entry[1] if isinstance(entry, list) and len(entry) > 1 else None
+        jobs.append(_job(serialized, task) if isinstance(serialized, str) else SavedJob(None, None))
     return jobs
 
 
@@ -118,42 +142,78 @@ def _decode(serialized: str) -> dict | None:
     return graph if isinstance(graph, dict) and isinstance(graph.get("objects"), dict) else None
 
 
-def _job(serialized: str) -> SavedJob:
+def _job(serialized: str, saved_task: Any) -> SavedJob:
     graph = _decode(serialized)
     if graph is None:
-        return SavedJob(None, None)
+        return SavedJob(None, None, problem="the saved job is not NeMo-Run's serialized JSON")
     objects = graph["objects"]
     try:
         root = _object(graph.get("root"), objects)
         items = _attrs(root)
-        job_dir = None
+        job_dir = executor = None
+        problem = None
         if "executor" in items:
-            executor = _attrs(_object(items["executor"], objects))
-            value = _plain(executor["job_dir"], objects) if "job_dir" in executor else None
+            saved = _object(items["executor"], objects)
+            try:
+                executor = _build(saved, objects, RUN_CLASSES)
+            except NotPlain as err:
+                problem = f"its executor is not rebuilt ({err})"
+            try:  # the job's folder is read even from an executor not rebuilt (the report needs only that)
+                fields_ = _attrs(saved)
+                value = _plain(fields_["job_dir"], objects) if "job_dir" in fields_ else None
+            except NotPlain:
+                value = None
             job_dir = value if isinstance(value, str) else None
-        listed = _object(items["plugins"], objects) if "plugins" in items else None
+        task, task_problem = _task(saved_task)
+        node = items.get("plugins")
+        # a job added without plugins saves ``plugins=None``: no plugins, not unknown ones
+        leaf_none = isinstance(node, dict) and node.get("type") == "leaf" and node.get("value") is None
+        no_plugins = node is None or leaf_none
+        listed = None if no_plugins else _object(node, objects)
         if listed is None or _builtin(listed) != "list":
-            return SavedJob(job_dir, [] if listed is None else None)
-        return SavedJob(job_dir, [_plugin(_object(node, objects), objects) for _path, node in _items(listed)])
-    except (NotPlain, KeyError, TypeError, ValueError, RecursionError):
-        return SavedJob(None, None)
+            plugins = [] if listed is None else None
+        else:
+            plugins = [_build(_object(node, objects), objects, PLUGIN_CLASSES) for _path, node in _items(listed)]
+        return SavedJob(job_dir, plugins, task, executor, problem or task_problem)
+    except (NotPlain, KeyError, TypeError, ValueError, RecursionError) as err:
+        return SavedJob(None, None, problem=f"it holds what is not rebuilt ({str(err)[:200]})")
 
 
-def _plugin(obj: dict, objects: dict) -> Any:
-    """One of the package's plugins from its saved fields; anything else is :class:`NotPlain`."""
+def _task(saved: Any) -> tuple[Any, str | None]:
+    """The job's task, saved by NeMo-Run as its own serialized string: only a ``run.Script`` of plain fields is
+    rebuilt (a ``run.Partial`` names a function of the user's, which would have to be imported)."""
+    if not isinstance(saved, str):
+        return None, "it saved no task NeMo-Run could have written (a job group?)"
+    graph = _decode(saved)
+    if graph is None:
+        return None, "its task is not NeMo-Run's serialized JSON"
+    objects = graph["objects"]
+    try:
+        return _build(_object(graph.get("root"), objects), objects, RUN_CLASSES), None
+    except (NotPlain, KeyError, TypeError, ValueError, RecursionError) as err:
+        return None, f"its task is not rebuilt, only a run.Script of plain fields is ({str(err)[:200]})"
+
+
+def _target(obj: dict, objects: dict) -> tuple[Any, Any]:
+    metadata = _object(obj.get("metadata"), objects)
+    target = _attrs(metadata).get("fn_or_cls")
+    if not isinstance(target, dict) or target.get("type") != "pyref":
+        raise NotPlain("an object with no class")
+    return target.get("module"), target.get("name")
+
+
+def _build(obj: dict, objects: dict, allowed: set[tuple[str, str]], depth: int = 0) -> Any:
+    """An object of one of the ``allowed`` classes from its saved fields (plain values, or objects of the same
+    allowlist); anything else is :class:`NotPlain`."""
     import importlib
 
     from nemo_resiliency_plugins.errors import ResiliencyConfigError
 
-    metadata = _object(obj.get("metadata"), objects)
-    target = _attrs(metadata).get("fn_or_cls")
-    if not isinstance(target, dict) or target.get("type") != "pyref":
-        raise NotPlain("a plugin with no class")
-    named = (target.get("module"), target.get("name"))
-    if named not in PLUGIN_CLASSES:
-        raise NotPlain(f"not one of the package's plugin classes: {named}")
-    # The module comes from this allowlist, never from the file.
-    module, name = next(pair for pair in PLUGIN_CLASSES if pair == named)
+    named = _target(obj, objects)
+    if named not in allowed or depth > MAX_DEPTH:
+        raise NotPlain(f"not a class this reader rebuilds: {str(named[0])[:80]}.{str(named[1])[:80]}")
+    # The module comes from the allowlist, never from the file.
+    module, name = next(pair for pair in allowed if pair == named)
     cls = getattr(importlib.import_module(module), name)
     known = {f.name for f in fields(cls) if f.init}
     kwargs = {}
@@ -163,12 +223,18 @@ def _plugin(obj: dict, objects: dict) -> Any:
         try:
             kwargs[field_name] = _plain(node, objects)
         except NotPlain:
-            if field_name not in CALLABLE_FIELDS:
+            if field_name in CALLABLE_FIELDS:
+                continue
+            saved = _object(node, objects)
+            if _builtin(saved) is not None:
                 raise
+            kwargs[field_name] = _build(saved, objects, allowed, depth + 1)
     try:
         return cls(**kwargs)
     except ResiliencyConfigError as err:
         raise NotPlain(f"{name}: {err}") from None
+    except (TypeError, ValueError) as err:
+        raise NotPlain(f"{name}: {type(err).__name__}") from None
 
 
 def _object(node: Any, objects: dict) -> dict:
@@ -239,4 +305,4 @@ def _key(path: str) -> str | int:
     return key
 
 
-__all__ = ["PLUGIN_CLASSES", "SavedJob", "read_regular", "saved_jobs"]
+__all__ = ["PLUGIN_CLASSES", "RUN_CLASSES", "SavedJob", "read_regular", "saved_jobs"]

@@ -23,6 +23,34 @@ anything = st.one_of(
     st.builds(object),
 )
 
+#: One value of each branch of :data:`anything`: run as explicit examples beside the (few, derandomized) generated
+#: ones, so that no branch depends on what the generator happens to draw.
+ANYTHING_CLASSES = [
+    None,
+    True,
+    -(10**9),
+    10**400,
+    2**64 + 1,
+    float("nan"),
+    float("-inf"),
+    "",
+    "disabled",
+    "SIGTERM",
+    signal.SIGKILL,
+    [1, 2],
+    {"a": None},
+    object(),
+]
+
+
+def each_class_of_anything(test):
+    """``test`` also runs on one value of every branch of :data:`anything` (its parameter is ``value``)."""
+    from hypothesis import example
+
+    for value in ANYTHING_CLASSES:
+        test = example(value=value)(test)
+    return test
+
 
 def init_fields(cls: type) -> list[str]:
     return [f.name for f in dataclasses.fields(cls) if f.init and f.name != "experiment_id"]

@@ -14,7 +14,7 @@ from nemo_resiliency_plugins import (
     ResiliencyConfigError,
     StragglerDetectionPlugin,
 )
-from tests.property.strategies import anything, init_fields
+from tests.property.strategies import anything, each_class_of_anything, init_fields
 
 PLUGINS = [
     FaultTolerancePlugin,
@@ -30,8 +30,9 @@ PLUGINS = [
     [(cls, name) for cls in PLUGINS for name in init_fields(cls)],
     ids=lambda v: getattr(v, "__name__", v),
 )
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=12, deadline=None)
 @given(value=anything)
+@each_class_of_anything
 def test_only_resiliency_config_error_escapes(cls, field, value):
     try:
         cls(**{field: value})

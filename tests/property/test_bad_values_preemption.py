@@ -17,7 +17,7 @@ time_limits = st.one_of(
 )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(limit=time_limits, preempt_time=st.integers(min_value=1, max_value=65535))
 def test_setup_against_any_time_limit_accepts_or_names_the_problem(tmp_path, limit, preempt_time):
     executor = run.SlurmExecutor(

@@ -13,7 +13,7 @@ from tests.property.strategies import anything
 PLUGINS = [StragglerDetectionPlugin, RerunStateMachinePlugin]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(
     values=st.fixed_dictionaries(
         {
@@ -33,7 +33,7 @@ def test_straggler_many_fields_at_once(values):
         pass
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(
     values=st.fixed_dictionaries(
         {

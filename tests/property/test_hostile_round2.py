@@ -43,13 +43,13 @@ from nemo_resiliency_plugins.core import executor_config
 from nemo_resiliency_plugins.job import local_checkpoint_guard as guard
 from nemo_resiliency_plugins.recipes import RECIPES
 from tests.helpers import add_job
-from tests.property.strategies import anything
+from tests.property.strategies import anything, each_class_of_anything
 from tests.unit.test_hostile_round2 import run_in_own_group
 
 SCHEDULE = ["checkpoint.save=/tmp/nrp-h2p/ck", "checkpoint.load=/tmp/nrp-h2p/ck", "checkpoint.save_interval=100"]
-FAST = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 PROCESSES = settings(
-    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+    max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
 )
 
 # ------------------------------------------------------------------------------------------- executor fields
@@ -95,7 +95,7 @@ def _script() -> run.Script:
     return run.Script(path="/tmp/nrp-h2p/train.py", entrypoint="python", args=list(SCHEDULE))
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(where=st.sampled_from(EXECUTOR_FIELDS), value=executor_value)
 def test_every_executor_field_is_accepted_or_refused_by_name(where, value):
     kind, field = where
@@ -124,6 +124,7 @@ def test_every_executor_field_is_accepted_or_refused_by_name(where, value):
 )
 @FAST
 @given(value=anything)
+@each_class_of_anything
 def test_a_grace_period_is_a_whole_number_of_seconds_or_refused_by_name(kind, holder, key, value):
     executor = _executors()[kind](**{holder: {key: value}})
     try:
@@ -250,7 +251,7 @@ def _snapshot(root: Path) -> dict[str, typing.Any]:
     return found
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(entries=st.lists(entry, max_size=12), linked_rank_dir=st.booleans())
 def test_the_guard_loses_nothing_touches_nothing_outside_and_never_fails(entries, linked_rank_dir):
     base = Path(tempfile.mkdtemp(prefix="nrp-h2p-guard-"))

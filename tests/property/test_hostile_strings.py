@@ -80,7 +80,7 @@ hostile = st.one_of(st.sampled_from(INJECTIONS), st.text(alphabet=_ALPHABET, min
 hostile_name = hostile.filter(lambda s: "/" not in s and "\0" not in s and s not in (".", ".."))
 
 SETTINGS = settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]
+    max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]
 )
 
 

@@ -47,14 +47,14 @@ mech_st = st.builds(
 interval_st = st.floats(min_value=1, max_value=1e5)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(params_st, failures_st, mech_st, interval_st, st.none() | interval_st)
 def test_closed_form_goodput_is_a_fraction(params, failures, mech, interval, local):
     for m in (mech, megatron_bridge_defaults()):
         assert 0.0 <= goodput_closed_form(params, m, failures, interval, local) <= 1.0
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(params_st, failures_st, mech_st, interval_st, st.floats(min_value=1.0, max_value=100.0))
 def test_more_failures_never_raise_goodput(params, failures, mech, interval, factor):
     worse = dataclasses.replace(failures, per_gpu_hour={c: r * factor for c, r in failures.per_gpu_hour.items()})
@@ -66,7 +66,7 @@ def test_more_failures_never_raise_goodput(params, failures, mech, interval, fac
         )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(params_st, failures_st, mech_st, interval_st, st.floats(min_value=1.0, max_value=100.0))
 def test_slower_recovery_never_raises_goodput(params, failures, mech, interval, factor):
     base = goodput_closed_form(params, mech, failures, interval)
@@ -85,7 +85,7 @@ def test_slower_recovery_never_raises_goodput(params, failures, mech, interval, 
     )
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=10, deadline=None)
 @given(params_st, failures_st, mech_st, st.lists(interval_st, min_size=1, max_size=4), st.integers(0, 2**32 - 1))
 def test_simulated_goodput_is_a_fraction_and_seeded(params, failures, mech, intervals, seed):
     short = dataclasses.replace(params, days=min(params.days, 0.5))

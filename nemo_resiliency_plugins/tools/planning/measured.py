@@ -21,6 +21,7 @@ from typing import Any
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
 from nemo_resiliency_plugins.job import log_lines as ll
 from nemo_resiliency_plugins.tools.report import JobReport, report_experiment
+from nemo_resiliency_plugins.tools.report.files import read_text
 
 # The lines read here are job/log_lines.py's (Megatron Bridge's training_log and setup lines, torch's cycle line); this
 # one reads report's own wording of a section timeout's detection (CycleRow.detected_by), not a log line.
@@ -109,7 +110,8 @@ def _iteration_times(job: JobReport) -> list[tuple[int, int, float]]:
     out: list[tuple[int, int, float]] = []
     for index, attempt in enumerate(job.attempts):
         cycle = 0
-        for line in Path(attempt.log).read_text(errors="replace").splitlines():
+        # the report's own reader: a log replaced by a FIFO since the report read it is skipped, never waited on
+        for line in (read_text(Path(attempt.log), []) or "").splitlines():
             if ll.is_launcher_line(line) and (m := ll.TORCH_RESTART.search(line)):
                 cycle = max(cycle, int(m.group(1)))
             elif m := ll.MB_ITERATION.search(line):
@@ -217,7 +219,7 @@ def _setup_marks(log: Path) -> dict[int, dict[str, dt.datetime]]:
     marks: dict[int, dict[str, dt.datetime]] = {}
     init_s: dict[int, float] = {}
     cycle = 0
-    for line in log.read_text(errors="replace").splitlines():
+    for line in (read_text(log, []) or "").splitlines():
         if ll.is_launcher_line(line) and (m := ll.TORCH_RESTART.search(line)):
             cycle = max(cycle, int(m.group(1)))
         elif m := ll.MB_INIT_SECONDS.search(line):
