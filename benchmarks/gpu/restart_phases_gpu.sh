@@ -9,7 +9,7 @@
 # --nemo-run, plus extra.tar.gz); ~4 minutes. The phases are read back on the CPU machine by the package's own code:
 #     .venv/bin/python benchmarks/restart_phases.py --log <fetched OUT>/nemorun
 set -u
-export WHL=${WHL:-.devcarry}
+export WHL=${WHL:-.tmp/devcarry}
 SITE=/tmp/nrp_site
 rm -rf "$SITE" && mkdir -p "$SITE"
 for t in site nvrx extra nemorun; do tar -xzf "$WHL/$t.tar.gz" -C "$SITE" || exit 1; done
