@@ -13,7 +13,9 @@ job, Megatron Bridge loads the async step-20 checkpoint and finishes step 40. Th
 experiment's status as NeMo-Run reports it, and ``NEMORUN_JOB`` lines read from the job's log: the restarts,
 the checkpoint it resumed from and the final parameter hash, to compare with the fault-free run's.
 
-    python3 benchmarks/gpu/nemorun_job.py OUT_DIR      (the carried packages on PYTHONPATH, ft_launcher on PATH)
+    python3 benchmarks/gpu/nemorun_job.py OUT_DIR [OVERRIDE ...]   (the carried packages on PYTHONPATH, ft_launcher
+                                                                     on PATH; OVERRIDEs: more Hydra overrides for
+                                                                     the task, e.g. logger.log_interval=1)
 """
 
 from __future__ import annotations
@@ -41,14 +43,14 @@ ITERS = 40
 FAULT_STEP = 25
 
 
-def main(out: str) -> int:
+def main(out: str, extra: list[str] | None = None) -> int:
     os.makedirs(out, exist_ok=True)
     shutil.rmtree(WORK, ignore_errors=True)
     save = os.path.join(WORK, "ckpt")
     task = run.Script(
         path=ENTRY,
         entrypoint="python",
-        args=[f"checkpoint.save={save}", "checkpoint.save_interval=10", f"train.train_iters={ITERS}"],
+        args=[f"checkpoint.save={save}", "checkpoint.save_interval=10", f"train.train_iters={ITERS}", *(extra or [])],
     )
     env = {
         "NRP_DEVICE": "cuda",
@@ -103,4 +105,4 @@ def main(out: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "/tmp/nemorun_job_out"))
+    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "/tmp/nemorun_job_out", sys.argv[2:]))

@@ -100,7 +100,8 @@ kill/hang/raise/sigterm are injected once per save directory (a marker file in `
 applies on every step >= NRP_FAULT_STEP; ``nan`` is transient, ``nan_persistent`` reproducible within the
 attempt that injects it.
 
-Log lines (stdout, flushed, each prefixed with ``[rank<r>] ``):
+Log lines (stdout, flushed, each prefixed with ``[rank<r>] ``; Megatron Bridge's lines and the summaries are worded
+in :mod:`~nemo_resiliency_plugins.testing.workload_lines`):
     ``START rank=<r> world=<w> restart=<TORCHELASTIC_RESTART_COUNT>``
     ``CONFIG <json>`` (rank 0: parsed ft/straggler/in-process-restart/train/checkpoint fields and types)
     ``RESUMED from step <n>`` or ``STARTING from scratch``
@@ -131,12 +132,9 @@ marker.
 
 from __future__ import annotations
 
-import dataclasses
 import gc
-import hashlib
 import json
 import os
-import signal
 import sys
 import time
 from typing import Any
@@ -195,6 +193,13 @@ from nemo_resiliency_plugins.testing.reference_config import (  # noqa: E402
 )
 from nemo_resiliency_plugins.testing.straggler_hooks import check_nvrx_straggler as _check_nvrx_straggler  # noqa: E402
 from nemo_resiliency_plugins.testing.straggler_hooks import setup_nvrx_straggler as _setup_nvrx_straggler  # noqa: E402
+from nemo_resiliency_plugins.testing.workload_lines import (  # noqa: E402
+    config_summary,
+    iteration_line,
+    params_sha256,
+    setup_line,
+    step_times_line,
+)
 
 if _GC_WAS_ENABLED:
     gc.enable()
@@ -223,53 +228,6 @@ _ROWS_PER_RANK = 32
 # ----------------------------------------------------------------------------------------------------------
 # Helpers
 # ----------------------------------------------------------------------------------------------------------
-def params_sha256(model: torch.nn.Module) -> str:
-    """SHA-256 over the parameter names and raw bytes, in state_dict order."""
-    h = hashlib.sha256()
-    for name, tensor in model.state_dict().items():
-        h.update(name.encode())
-        h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
-    return h.hexdigest()
-
-
-def _describe(obj: Any) -> Any:
-    if obj is None or isinstance(obj, (bool, int, float, str)):
-        return obj
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: _describe(getattr(obj, f.name)) for f in dataclasses.fields(obj) if not f.name.startswith("_")}
-    if isinstance(obj, dict):
-        return {str(k): _describe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_describe(v) for v in obj]
-    return repr(obj)
-
-
-def config_summary(cfg: ConfigContainer) -> dict[str, Any]:
-    """The fields the workload and the plugins care about, with their Python types (for the CONFIG line)."""
-    summary: dict[str, Any] = {}
-    for name in ("ft", "nvrx_straggler", "inprocess_restart", "straggler", "rerun_state_machine"):
-        value = getattr(cfg, name)
-        summary[name] = _describe(value)
-        summary[f"{name}_type"] = type(value).__name__
-    for path in (
-        "train.train_iters",
-        "train.exit_signal_handler",
-        "train.exit_signal",
-        "checkpoint.save",
-        "checkpoint.load",
-        "checkpoint.save_interval",
-        "checkpoint.async_save",
-        "optimizer.optimizer",
-        "optimizer.lr",
-        "rng.seed",
-    ):
-        section, field = path.split(".")
-        value = getattr(getattr(cfg, section), field)
-        summary[path] = int(value) if isinstance(value, signal.Signals) else _describe(value)
-        summary[f"{path}_type"] = type(value).__name__
-    return summary
-
-
 def _ft_enabled(cfg: ConfigContainer) -> bool:
     # Same test as Megatron Bridge's setup(): a plain dict here (the `+ft.x=...` trap) fails like a real run.
     return bool(cfg.ft and cfg.ft.enable_ft_package)
@@ -475,10 +433,10 @@ def _train_once(cfg: ConfigContainer, state: GlobalState, restart_store: Any = N
         # Megatron Bridge's setup() lines, at the points it prints them (report's restart phases read them): the
         # seconds since GlobalState was made (after the imports), then the stamped barrier lines around the model's
         # build and the checkpoint's load.
-        _setup_line(f"time to initialize megatron (seconds): {time.time() - state.start_time:.3f}", barrier=False)
-        _setup_line("after megatron is initialized")
+        setup_line(f"time to initialize megatron (seconds): {time.time() - state.start_time:.3f}", barrier=False)
+        setup_line("after megatron is initialized")
         trainer = _Trainer(cfg, state)
-        _setup_line("after model, optimizer, and learning rate scheduler are built")
+        setup_line("after model, optimizer, and learning rate scheduler are built")
         injector = FaultInjector(FaultSpec.from_env(), trainer.rank, trainer.world, trainer.save_dir, cfg.checkpoint)
         if trainer.save_dir and trainer.rank == 0:
             os.makedirs(trainer.save_dir, exist_ok=True)
@@ -487,7 +445,7 @@ def _train_once(cfg: ConfigContainer, state: GlobalState, restart_store: Any = N
         if rerun_state_machine.current_iteration != state.train_state.step:
             rerun_state_machine.current_iteration = state.train_state.step
         train_step = _setup_nvrx_straggler(state, trainer)
-        _setup_line("after dataloaders are built")
+        setup_line("after dataloaders are built")
         dist.barrier()
 
         train_iters = cfg.train.train_iters
@@ -520,7 +478,7 @@ def _train_once(cfg: ConfigContainer, state: GlobalState, restart_store: Any = N
                 now = time.perf_counter()
                 if trainer.rank == trainer.world - 1:
                     print(
-                        _iteration_line(
+                        iteration_line(
                             state, train_iters, (now - interval_start) / (state.train_state.step - interval_from)
                         ),
                         flush=True,
@@ -561,7 +519,7 @@ def _train_once(cfg: ConfigContainer, state: GlobalState, restart_store: Any = N
                     atomic_torch_save(trainer.model.state_dict(), os.path.join(trainer.save_dir, FINAL_PARAMS))
                 _log(f"FINISHED step={state.train_state.step} params_sha256={params_sha256(trainer.model)}")
         if trainer.rank == 0 and step_seconds:
-            _log(_step_times_line(step_seconds))
+            _log(step_times_line(step_seconds))
         if ft_on:
             fault_tolerance.shutdown(state)
         dist.barrier()
@@ -574,39 +532,6 @@ def _train_once(cfg: ConfigContainer, state: GlobalState, restart_store: Any = N
         if created_pg and dist.is_initialized():
             dist.destroy_process_group()
         destroy_rerun_state_machine()
-
-
-def _setup_line(what: str, *, barrier: bool = True) -> None:
-    """One of Megatron Bridge's setup lines: ``print_rank_0`` of ``what``, or with ``barrier`` its
-    ``barrier_and_log`` (a barrier, then ``[what] datetime: <Y-m-d H:M:S>`` on rank 0)."""
-    if barrier:
-        barrier_and_log(what)
-    elif dist.get_rank() == 0:
-        print(what, flush=True)
-
-
-def _iteration_line(state: GlobalState, train_iters: int, seconds_per_iteration: float) -> str:
-    """Megatron Bridge 0.6.2's training_log line (``utils/train_utils.py``), the fields this model has: the wall
-    clock to the second, the iteration, consumed samples and the average time per iteration (what
-    ``nemo-resiliency report`` reads to measure goodput on real jobs and on this one alike)."""
-    return (
-        f" [{time.strftime('%Y-%m-%d %H:%M:%S')}] iteration {state.train_state.step:8d}/{train_iters:8d} |"
-        f" consumed samples: {state.train_state.consumed_train_samples:12d} |"
-        f" elapsed time per iteration (ms): {seconds_per_iteration * 1000.0:.1f} |"
-    )
-
-
-def _step_times_line(seconds: list[float]) -> str:
-    """``STEP_TIMES n=<iterations> median_ms=<m> min_ms=<a> max_ms=<b>``: this attempt's iterations that saved
-    no checkpoint, each from the FT step-start hook to the end of the iteration (hooks included), so that the
-    cost per step of a mechanism can be compared without process start-up or checkpoint writes."""
-    ordered = sorted(seconds)
-    mid = len(ordered) // 2
-    median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-    return (
-        f"STEP_TIMES n={len(ordered)} median_ms={median * 1e3:.3f} "
-        f"min_ms={ordered[0] * 1e3:.3f} max_ms={ordered[-1] * 1e3:.3f}"
-    )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -209,3 +209,30 @@ def test_report_prints_each_restarts_phases(tmp_path, capsys):
     assert 0 < kill["phases"]["launcher"] < kill["span_s"]
     code, out, _ = _run(capsys, "report", str(exp))
     assert code == 0 and "restart after cycle 1 (attempt 0)" in " ".join(out.split())
+
+
+def _phases_benchmark():
+    """benchmarks/restart_phases.py as a module (a script, not a package's)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("nrp_restart_phases", ROOT / "benchmarks" / "restart_phases.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_benchmark_reads_a_gpu_jobs_log_it_did_not_run(tmp_path, capsys):
+    """``restart_phases.py --log``: the GPU job's log, as the device call brings it back (nemorun_combined.log in a
+    folder), gives the same restart as report's model does, printed with its largest phase; a folder without one
+    log is refused in one line."""
+    bench = _phases_benchmark()
+    work = tmp_path / "work"
+    work.mkdir()
+    rows = bench.phase_rows(bench.logged_job(GPU_LOG.parent, work))
+    (restart,) = restart_phases(report_job(_gpu_job(tmp_path)))
+    assert rows == [{**restart.phases, "span": restart.span_s}]
+    bench.print_rows(rows)
+    out = capsys.readouterr().out
+    assert f"0 | {restart.phases['launcher']:.3f} | " in out and "largest phase: launcher" in out
+    with pytest.raises(SystemExit, match=r"wanted one combined.log .* found 0"):
+        bench.logged_job(tmp_path, work)  # a folder holding none (its logs are in subfolders)

@@ -522,3 +522,17 @@ def test_a_traceback_is_not_a_stack_dump():
     text = '[default0]:Traceback (most recent call last):\n[default0]:  File "/work/train.py", line 3 in <module>\n'
     (row,) = parse_attempt(text).cycles
     assert row.stacks == [] and row.outside_collective == []
+
+
+def test_each_cycle_keeps_its_training_log_times_in_log_order(tmp_path):
+    """Issue 52: the model holds every training_log line's (iteration, ms), per cycle, so that plan --from reads step
+    and save times from report's model instead of the log again. The job's log read here without the report gives
+    the same lines in the same order; each cycle's mean is its iteration_ms."""
+    root = unpack("local-ft-kill-then-hang", tmp_path)
+    (job,) = report_experiment(root)
+    (log,) = sorted(root.glob("**/combined.log"))
+    own = [(int(m.group(1)), float(m.group(2))) for m in map(_ITERATION.search, log.read_text().splitlines()) if m]
+    assert [pair for row in job.rows for pair in row.iteration_times] == own
+    assert [row.iteration_times[0][0] for row in job.rows] == [1, 11, 16]  # each cycle starts after its resume
+    for row in job.rows:
+        assert row.iteration_ms == round(sum(ms for _, ms in row.iteration_times) / len(row.iteration_times), 3)

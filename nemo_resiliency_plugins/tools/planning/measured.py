@@ -4,9 +4,9 @@ phases), detection, the faults by plan's class, and the goodput ``report`` measu
 Why: ``plan`` predicts goodput from numbers a user types; ``report`` measures a job that ran. ``plan --from`` takes
 this module's :class:`Measured` of a job as plan's inputs, so the next run's settings come from the job's own
 figures. Everything here is read through ``report``'s model (:func:`report_experiment`, :class:`JobReport` and its
-rows) and ``report``'s comparison with plan's cost model (:func:`compare`); the few lines report does not read yet
-are in the marked block below. A figure the logs do not give is refused (:class:`ResiliencyConfigError`, one line),
-never assumed.
+rows, their training_log times included) and ``report``'s comparison with plan's cost model (:func:`compare`); the
+one kind of line report does not read yet is Megatron Bridge's setup lines (:func:`_setup_marks`, for the restart's
+phases). A figure the logs do not give is refused (:class:`ResiliencyConfigError`, one line), never assumed.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from nemo_resiliency_plugins.job import log_lines as ll
 from nemo_resiliency_plugins.tools.report import JobReport, report_experiment
 from nemo_resiliency_plugins.tools.report.files import read_text
 
-# The lines read here are job/log_lines.py's (Megatron Bridge's training_log and setup lines, torch's cycle line); this
-# one reads report's own wording of a section timeout's detection (CycleRow.detected_by), not a log line.
+# The lines read here are job/log_lines.py's (Megatron Bridge's setup lines, torch's cycle line); this one reads
+# report's own wording of a section timeout's detection (CycleRow.detected_by), not a log line.
 FIRED_TIMEOUT = re.compile(r"timeout \(open [0-9.]+ s, timeout ([0-9.]+) s\)")
 
 _OWNER = "nemo-resiliency plan --from"
@@ -106,17 +106,14 @@ def _when(stamp: str | None) -> dt.datetime | None:
 
 
 def _iteration_times(job: JobReport) -> list[tuple[int, int, float]]:
-    """(cycle index over the job, iteration, ms) of every training_log line, in log order."""
-    out: list[tuple[int, int, float]] = []
-    for index, attempt in enumerate(job.attempts):
-        cycle = 0
-        # the report's own reader: a log replaced by a FIFO since the report read it is skipped, never waited on
-        for line in (read_text(Path(attempt.log), []) or "").splitlines():
-            if ll.is_launcher_line(line) and (m := ll.TORCH_RESTART.search(line)):
-                cycle = max(cycle, int(m.group(1)))
-            elif m := ll.MB_ITERATION.search(line):
-                out.append((index * 10_000 + cycle, int(m.group(2)), float(m.group(3))))
-    return out
+    """(cycle index over the job, iteration, ms) of every training_log line, in log order: report's model
+    (:attr:`CycleRow.iteration_times`)."""
+    return [
+        (index * 10_000 + row.cycle, iteration, ms)
+        for index, attempt in enumerate(job.attempts)
+        for row in attempt.cycles
+        for iteration, ms in row.iteration_times
+    ]
 
 
 def steps_between_lines(job: JobReport) -> int:

@@ -64,6 +64,9 @@ class CycleRow:
     finished_step: int | None = None
     last_iteration: int | None = None  # the last iteration Megatron Bridge's training_log reported in this cycle
     iteration_ms: float | None = None  # its average time per iteration over the cycle's training_log lines
+    # Each training_log line of the cycle, in log order: (iteration, elapsed ms per iteration since the previous
+    # line). plan --from reads step and save times from these (a save lands in the next line's time).
+    iteration_times: list[tuple[int, float]] = dataclasses.field(default_factory=list)
     # Iterations this cycle trained twice: after an in-process restart it resumes from a checkpoint older than
     # the iteration it had reached, inside the same cycle.
     recomputed_inside: int = 0

@@ -86,7 +86,6 @@ class _Reader:
         self.cur = 0
         self.first: dt.datetime | None = None
         self.last: dt.datetime | None = None
-        self.ms: dict[int, list[float]] = {}
         self.stamped = False
         # Per cycle: the checkpoint a rank said it resumed from since the cycle's last training_log line. Every
         # rank's lines reach the log through its own tail thread, so one rank's resume line may come after the last
@@ -162,7 +161,7 @@ class _Reader:
         self.resumed_since.pop(cur, None)
         self.first_iteration.setdefault(cur, number)
         row.last_iteration = number
-        self.ms.setdefault(cur, []).append(float(iteration.group(3)))
+        row.iteration_times.append((number, float(iteration.group(3))))
 
     def _event(self, m, when: dt.datetime | None) -> None:  # noqa: ANN001 - re.Match
         cur, row = self.cur, self.rows[self.cur]
@@ -271,8 +270,9 @@ class _Reader:
         for cycle, rank in self.first_straggler.items():  # the ranks' stop line may come before rank 0's report
             if rows[cycle].detected_by == STRAGGLER_STOPPED:
                 rows[cycle].detected_on_rank = rank
-        for cycle, values in self.ms.items():
-            rows[cycle].iteration_ms = round(sum(values) / len(values), 3)
+        for row in rows.values():
+            if row.iteration_times:
+                row.iteration_ms = round(sum(ms for _, ms in row.iteration_times) / len(row.iteration_times), 3)
         for cycle, lines in self.dumps.items():
             stacks = rank_stacks(lines)
             rows[cycle].stacks = [stack.summary() for stack in stacks]
