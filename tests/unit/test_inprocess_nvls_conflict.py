@@ -89,3 +89,15 @@ def test_the_keeper_and_the_plugin_require_the_same_value():
     assert rank_keeper.nvls_problem({NVLS_ENV: "0"}) is None
     assert "unset" in rank_keeper.nvls_problem({})
     assert NVLS_SETTER in rank_keeper.nvls_problem({NVLS_ENV: "1"})
+
+
+def test_without_a_reserve_the_overwrite_builds_and_doctor_names_it():
+    """No program of this package runs in the rank without a reserve, so the job itself is not stopped (open, see
+    docs/dropin.md); ``nemo-resiliency doctor`` on the built job judges it by the plugin's own rule and fails it."""
+    from nemo_resiliency_plugins.tools.doctor import check_job
+
+    plugins = [InProcessRestartPlugin(), PerfEnvPlugin(user_buffer_registration=True)]
+    job = add_job(task(), three_ranks(), plugins)
+    assert launch_command(job)[2][NVLS_ENV] == "1"
+    found = {c.name: c for c in check_job(job.task, job.executor, plugins)}["in-process env vars"]
+    assert found.verdict == "FAIL" and NVLS_ENV in found.detail, found
