@@ -77,6 +77,13 @@ CONFIG_FIELDS = (
 )
 
 
+#: Why async_save needs checkpoint.save: said by the plugin and by ``doctor`` (which asks the same rule).
+SAVE_DIR_WHY = (
+    "async_save writes into checkpoint.save (Megatron Bridge's CheckpointConfig.finalize() refuses async_save "
+    "without it)"
+)
+
+
 @dataclass
 class AsyncCheckpointPluginScriptArgs:
     """What ``script_args_converter_fn`` receives: the ``checkpoint`` values the plugin would set."""
@@ -226,12 +233,7 @@ class AsyncCheckpointPlugin(KnownKeywords, run.Plugin):
     def _check_save_dir(self, task: Any, name: str) -> None:
         """async_save writes into checkpoint.save: refused where the task shows none, a warning where the task
         does not show it (the job may set it in its YAML or recipe); the one rule, in core/autoresume.py."""
-        autoresume.shown_checkpoint_save(
-            task,
-            plugin=name,
-            why="async_save writes into checkpoint.save (Megatron Bridge's CheckpointConfig.finalize() refuses "
-            "async_save without it)",
-        )
+        autoresume.shown_checkpoint_save(task, plugin=name, why=SAVE_DIR_WHY)
 
     def config_values(self) -> dict[str, Any]:
         """``checkpoint.<field>`` -> value, with Megatron Bridge's field types; ``async_strategy`` only where the

@@ -95,6 +95,20 @@ REQUIRED_ENV = {
 }
 
 
+NVLS_ENV = "NCCL_NVLS_ENABLE"
+#: Who sets NVLS on in the clients we know of (NeMo 2's plugin, see tests/fixtures/upstream/nemo_perf_env.py).
+NVLS_SETTER = "e.g. NeMo's PerfEnvPlugin(user_buffer_registration=True)"
+
+
+def nvls_conflict_detail(value: Any) -> str:
+    """Why NVLS on and in-process restart cannot share a job: the one text of set-up and of the rank keeper."""
+    return (
+        f"the job's environment has {NVLS_ENV}={value!r} (set by another plugin or the user, {NVLS_SETTER}); "
+        f"InProcessRestartPlugin needs {NVLS_ENV}=0: NVLink SHARP buffers cannot be torn down and re-created "
+        "inside a living process. Drop user_buffer_registration (or that setting) or in-process restart"
+    )
+
+
 def env_problems(task: Any, executor: Any) -> dict[str, Any]:
     """The variables in-process restart needs that the job does not have as required: name -> the job's value.
 
@@ -275,7 +289,16 @@ class InProcessRestartPlugin(KnownKeywords, run.Plugin):
         logger.warning("%s: %s", name, deprecation_notice())
         self._apply_watchdog_rule(task, name)
 
-        for env_name in env_problems(task, executor):  # another user value is refused by set_env, naming both
+        problems = env_problems(task, executor)
+        if problems.get(NVLS_ENV) is not None:
+            raise ResiliencyConfigError(
+                name,
+                f"executor.env_vars[{NVLS_ENV!r}]",
+                problems[NVLS_ENV],
+                "'0'",
+                detail=nvls_conflict_detail(problems[NVLS_ENV]),
+            )
+        for env_name in problems:  # another user value is refused by set_env, naming both
             executor_config.set_env(task, executor, env_name, REQUIRED_ENV.get(env_name, "error"), plugin=name)
         # Megatron Bridge reads MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE raw; without a launcher a LocalExecutor
         # starts one plain process with none of them. A launcher the user (or FaultTolerancePlugin) chose stays.

@@ -48,11 +48,13 @@ __all__ = [
     "KEEPER_FILE",
     "KEEPER_MODULE",
     "MODULE_ENV",
+    "NVLS_ENV",
     "ROLE",
     "SCRIPT_ENV",
     "STOP_SIGNALS",
     "interpreter_options",
     "main",
+    "nvls_problem",
     "pop_front_chain",
 ]
 
@@ -163,8 +165,31 @@ def _target() -> list[str] | None:
     return None
 
 
+#: What in-process restart needs of NCCL (InProcessRestartPlugin.REQUIRED_ENV; a test keeps the two equal). Checked
+#: here, in the job's final environment, because a plugin listed after InProcessRestartPlugin may overwrite it.
+NVLS_ENV = "NCCL_NVLS_ENABLE"
+NVLS_REQUIRED = "0"
+
+
+def nvls_problem(environ: dict[str, str] | os._Environ[str]) -> str | None:
+    """The one line that stops the rank when the job's environment has NVLink SHARP on, or None when it is off."""
+    value = environ.get(NVLS_ENV)
+    if value == NVLS_REQUIRED:
+        return None
+    shown = "unset" if value is None else f"{NVLS_ENV}={value!r}"
+    return (
+        f"InProcessRestartPlugin needs {NVLS_ENV}=0 but the job's environment has {shown}: a plugin listed after "
+        "it changed the value (e.g. NeMo's PerfEnvPlugin(user_buffer_registration=True)); NVLink SHARP buffers "
+        "cannot be re-created inside a living process. Stopping at start"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    problem = nvls_problem(os.environ)
+    if problem is not None:
+        sys.stderr.write(f"rank_keeper: {problem}\n")
+        return 2
     target = _target()
     if target is None:
         sys.stderr.write(f"rank_keeper: set {MODULE_ENV}=<module> or {SCRIPT_ENV}=<script.py> (the real rank)\n")

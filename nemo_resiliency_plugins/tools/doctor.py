@@ -311,8 +311,7 @@ def _checkpoint_checks(task: Any, executor: Any) -> list[Check]:
     checks: list[Check] = []
     if str(read("async_save")).lower() == "true":
         fmt = read("ckpt_format") or "torch_dist"
-        ok = fmt in ASYNC_FORMATS and read("save") is not None
-        checks.append(_check("async save: format and checkpoint.save", ok, f"ckpt_format={fmt}, save={read('save')}"))
+        checks.append(_async_save_check(task, fmt, fmt in ASYNC_FORMATS))
     if read("non_persistent_ckpt_type") == "local":
         problem = None
         interval = read("non_persistent_save_interval")
@@ -351,6 +350,22 @@ def _local_guard_check(executor: Any, local_dir: Any) -> Check:
         "LocalCheckpointPlugin(fallback_on_unreadable) sets such files aside (a Python run.Script on "
         "LocalExecutor or SlurmExecutor)",
     )
+
+
+def _async_save_check(task: Any, fmt: str, format_ok: bool) -> Check:
+    """AsyncCheckpointPlugin's checkpoint.save rule, asked of core/autoresume (the one rule, no copy here)."""
+    from nemo_resiliency_plugins.async_checkpoint import SAVE_DIR_WHY
+
+    name = "async save: format and checkpoint.save"
+    if not format_ok:
+        return Check(name, "FAIL", f"ckpt_format={fmt}: async_save needs one of the async formats")
+    try:
+        save = autoresume.shown_checkpoint_save(copy.deepcopy(task), plugin="doctor", why=SAVE_DIR_WHY)
+    except ResiliencyConfigError as err:
+        return Check(name, "FAIL", str(err))
+    if save is None:
+        return Check(name, "warn", f"ckpt_format={fmt}; the task does not show checkpoint.save ({SAVE_DIR_WHY})")
+    return Check(name, "pass", f"ckpt_format={fmt}, save={save}")
 
 
 def _resume_check(task: Any) -> Check:

@@ -317,6 +317,27 @@ def test_doctor_reads_async_and_local_settings_from_the_task_without_plugins():
     assert verdicts[guard] == "pass"  # the plugin put the guard in front of the rank
 
 
+@pytest.mark.parametrize(
+    ("save_arg", "verdict"),
+    [("checkpoint.save=/c", "pass"), ("checkpoint.save=null", "FAIL"), (None, "warn")],
+    ids=["shown", "null", "not-shown"],
+)
+def test_doctor_gives_the_async_save_verdict_the_plugin_gives(save_arg, verdict):
+    """Issue 48: doctor asks core/autoresume.shown_checkpoint_save, the rule AsyncCheckpointPlugin applies (refuse
+    what the task shows wrong, warn where it cannot see), instead of a copy that failed a task not showing it."""
+    from nemo_resiliency_plugins.tools.doctor import check_job
+
+    args = [a for a in (save_arg, "checkpoint.async_save=true") if a]
+    found = {c.name: c for c in check_job(script(*args), local(), [])}["async save: format and checkpoint.save"]
+    assert found.verdict == verdict, found
+    plain = [a for a in (save_arg,) if a]
+    if verdict == "FAIL":
+        with pytest.raises(ResiliencyConfigError, match="checkpoint.save"):
+            add_job(script(*plain), local(), [AsyncCheckpointPlugin()])
+    else:
+        assert "checkpoint.async_save=true" in add_job(script(*plain), local(), [AsyncCheckpointPlugin()]).task.args
+
+
 # ------------------------------------------------------------------------------------ recipes and rehearse
 
 

@@ -22,6 +22,8 @@ from nemo_resiliency_plugins.job.rank_keeper import CHAIN_ENV, KEEPER_MODULE, MO
 from tests.helpers import HANG_GUARD_S, TRAIN, add_job, launch_command
 
 WORKLOAD = "nemo_resiliency_plugins.testing.workload"
+#: What InProcessRestartPlugin sets on every job it runs the keeper in (the keeper stops a rank without it).
+NVLS_OFF = {"NCCL_NVLS_ENABLE": "0"}
 
 
 def module_task(*args, env=None):
@@ -150,7 +152,7 @@ def test_the_shipped_keeper_file_runs_a_rank_and_passes_its_exit_code_and_interp
     shipped = tmp_path / "0123456789ab-rank_keeper.py"
     shipped.write_text(keeper_source())
     code = "import sys; print('-u' in sys.orig_argv, sys.argv[1:]); sys.exit(5)"
-    env = {k: v for k, v in os.environ.items() if k not in (MODULE_ENV, "PYTHONPATH")} | {SCRIPT_ENV: "-c"}
+    env = {k: v for k, v in os.environ.items() if k not in (MODULE_ENV, "PYTHONPATH")} | {SCRIPT_ENV: "-c", **NVLS_OFF}
     out = subprocess.run(
         [sys.executable, "-I", "-u", str(shipped), code, "-m", "x"], env=env, capture_output=True, text=True, cwd="/"
     )
@@ -164,7 +166,7 @@ def test_the_shipped_keeper_file_runs_a_rank_and_passes_its_exit_code_and_interp
 
 
 def keeper(code: str, *, local_world_size: int = 1) -> subprocess.Popen:
-    env = os.environ | {MODULE_ENV: "", SCRIPT_ENV: "", "LOCAL_WORLD_SIZE": str(local_world_size)}
+    env = os.environ | {MODULE_ENV: "", SCRIPT_ENV: "", "LOCAL_WORLD_SIZE": str(local_world_size), **NVLS_OFF}
     env.pop(MODULE_ENV)
     env[SCRIPT_ENV] = "-c"
     return subprocess.Popen([sys.executable, "-m", KEEPER_MODULE, code], env=env, stdout=subprocess.PIPE, text=True)
@@ -194,7 +196,7 @@ def test_a_killed_rank_waits_while_a_sibling_rank_lives_and_leaves_with_0_when_i
     finishing = "import time; time.sleep(4)"
     parent = f"""
 import os, subprocess, sys
-env = dict(os.environ, LOCAL_WORLD_SIZE="2", {SCRIPT_ENV}="-c")
+env = dict(os.environ, LOCAL_WORLD_SIZE="2", {SCRIPT_ENV}="-c", NCCL_NVLS_ENABLE="0")
 env.pop("{MODULE_ENV}", None)
 a = subprocess.Popen([sys.executable, "-m", "{KEEPER_MODULE}", {killed!r}], env=env)
 b = subprocess.Popen([sys.executable, "-m", "{KEEPER_MODULE}", {finishing!r}], env=env)
@@ -223,7 +225,7 @@ for _ in range(2):  # ft_launcher's rank monitors: forks of the launcher, alive 
         time.sleep(30)
         os._exit(0)
     monitors.append(pid)
-env = dict(os.environ, LOCAL_WORLD_SIZE="2", {SCRIPT_ENV}="-c")
+env = dict(os.environ, LOCAL_WORLD_SIZE="2", {SCRIPT_ENV}="-c", NCCL_NVLS_ENABLE="0")
 env.pop("{MODULE_ENV}", None)
 a = subprocess.Popen([sys.executable, "-u", "-m", "{KEEPER_MODULE}", {killed!r}], env=env)
 b = subprocess.Popen([sys.executable, "-u", "-m", "{KEEPER_MODULE}", {finishing!r}], env=env)
