@@ -124,3 +124,32 @@ def test_a_flag_also_given_in_nvrx_config_is_refused():
 def test_off_slurm_the_flags_are_refused_with_the_reason():
     with pytest.raises(ResiliencyConfigError, match=r"LocalExecutor from an argument list built from run\.Fault"):
         add_job(run.Script(path=TRAIN, entrypoint="python"), local(), [FaultTolerancePlugin(launcher_args=FLAGS)])
+
+
+def test_with_spare_nodes_both_blocks_reach_ft_launcher(tmp_path):
+    """The spare block and this one both stand in for srun: ft_launcher gets the flags and the active:all range."""
+    executor = slurm(tmp_path)
+    executor.nodes = 2
+    plugin = FaultTolerancePlugin(launcher_args={"term-timeout": 600}, spare_nodes=1)
+    job = add_job(run.Script(path=TRAIN, entrypoint="python"), executor, [plugin])
+    setup = job.executor.setup_lines
+    assert setup.index(slurm_script._SPARE_NODES) < setup.index(launcher_args._SHIM)
+    out = tmp_path / "argv"
+    program = "\n".join(
+        [
+            "NRP_SPARE_NODES=1 SLURM_JOB_NUM_NODES=3 SLURM_JOB_ID=7 TORCHX_MAX_RETRIES=0",
+            slurm_script._CHAIN_HELPERS,
+            "squeue() { return 1; }",
+            f'srun() {{ printf "%s\\n" "$@" > {out}; }}',
+            slurm_script._REQUEUE_GUARD,
+            slurm_script._SPARE_NODES,
+            f"{launcher_args.ARRAY_NAME}=(--term-timeout 600)",
+            launcher_args._SHIM,
+            "srun --kill-on-bad-exit=1 ft_launcher --rdzv-backend c10d --nnodes 3 --nproc-per-node 1 train.py",
+        ]
+    )
+    subprocess.run(["bash", "-c", program], check=True, capture_output=True, text=True, timeout=60)
+    argv = out.read_text().split("\n")[:-1]
+    words = argv[argv.index("ft_launcher") + 1 :]
+    assert words == ["--term-timeout", "600", "--rdzv-backend", "c10d", "--nnodes", "2:3", "--nproc-per-node", "1",
+                     "train.py"]  # fmt: skip
