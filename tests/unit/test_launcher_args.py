@@ -153,3 +153,22 @@ def test_with_spare_nodes_both_blocks_reach_ft_launcher(tmp_path):
     words = argv[argv.index("ft_launcher") + 1 :]
     assert words == ["--term-timeout", "600", "--rdzv-backend", "c10d", "--nnodes", "2:3", "--nproc-per-node", "1",
                      "train.py"]  # fmt: skip
+
+
+def test_explain_shows_the_flags_in_the_executor_change_and_the_sbatch_script(tmp_path):
+    from nemo_resiliency_plugins.tools.explain import explain, make_executor, make_task
+
+    with contextlib.chdir(tmp_path), open(os.devnull) as devnull:
+        saved, sys.stdin = sys.stdin, devnull
+        try:
+            result = explain(
+                [FaultTolerancePlugin(launcher_args={"term-timeout": 600})],
+                make_task(),
+                make_executor("slurm"),
+                executor_kind="slurm",
+            )
+        finally:
+            sys.stdin = saved
+    line = f"{launcher_args.ARRAY_NAME}=(--term-timeout 600)"
+    assert line in result.command
+    assert any(line in change for effect in result.effects for change in effect.executor_changes)
