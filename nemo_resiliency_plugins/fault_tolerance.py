@@ -29,6 +29,7 @@ from typing import Any
 import nemo_run as run
 
 from nemo_resiliency_plugins.core import autoresume, executor_config, front_program, nvrx_launcher, task_config
+from nemo_resiliency_plugins.core import launcher_args as launcher_flags
 from nemo_resiliency_plugins.core.known_bugs import guard_known_bugs
 from nemo_resiliency_plugins.core.validation import Checker, KnownKeywords
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
@@ -136,6 +137,13 @@ class FaultTolerancePlugin(KnownKeywords, run.Plugin):
             ``check_remaining_processes``) or ``segment`` for NVLink-domain-aware spares. Each key is checked against
             the installed NVRx's class (NVRx itself drops an unknown key without a word); keys the plugin writes from
             its own fields (section timeouts, the check interval, ...) are refused with the field to set.
+        launcher_args: more ft_launcher flags, for NVRx launcher features that are flags only (``{"term-timeout":
+            600}``, ``{"ft-enable-log-server": "true"}``; names without the leading dashes, a switch as ``True``).
+            Each is checked against the installed NVRx's own argument parser (a flag it lacks is refused, naming its
+            version), values must be plain shell words (they reach the launch line), and flags NeMo-Run's launcher
+            or this plugin already writes are refused with the field that owns them. ``ft-scheduler-exclusion-dir``
+            is refused: NVRx's scheduler exclusion assumes job arrays without requeue, the opposite of the requeue
+            guard. Slurm only (:mod:`nemo_resiliency_plugins.core.launcher_args` says why).
 
     Autoresume: a restart only saves work if Megatron Bridge resumes from what the run saved, and Megatron
     Bridge 0.6.2 resumes only from ``checkpoint.load``. Where the task shows ``checkpoint.save``, an unset
@@ -171,6 +179,7 @@ class FaultTolerancePlugin(KnownKeywords, run.Plugin):
     diagnostics: bool = False
     spare_nodes: int = 0
     nvrx_config: dict[str, Any] | None = None
+    launcher_args: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         check = Checker(type(self).__name__)
@@ -221,6 +230,7 @@ class FaultTolerancePlugin(KnownKeywords, run.Plugin):
         )
         check.integer("spare_nodes", self.spare_nodes, min=0)
         self._check_nvrx_config(check)
+        self.launcher_words()  # refuses a flag NVRx's parser lacks, an owned flag or an unsafe value
         if self.spare_nodes and self.num_in_job_restarts == 0:
             check.fail(
                 "spare_nodes",
@@ -360,6 +370,17 @@ class FaultTolerancePlugin(KnownKeywords, run.Plugin):
         # NeMo-Run's ft_launcher sbatch template would requeue a finished job forever (no finished flag).
         executor_config.guard_ft_requeue(executor, plugin=name)
         executor_config.install_spare_nodes_block(executor, self.spare_nodes, plugin=name)
+        words = self.launcher_words()
+        launcher_flags.install(
+            executor, words, plugin=name, field="launcher_args", label=executor_config.executor_kind(executor)
+        )
+        if words:
+            logger.info(
+                "%s: ft_launcher also gets %s (launcher_args, checked against NVRx %s's parser)",
+                name,
+                " ".join(words),
+                launcher_flags.nvrx_version(),
+            )
         self._slurm_requeue_settings(task, executor)
         content = nvrx_launcher.config_file(
             section_timeouts=self.section_timeouts if not heartbeats else {},
@@ -395,6 +416,13 @@ class FaultTolerancePlugin(KnownKeywords, run.Plugin):
             ),
         )
         logger.info("%s: ft_launcher config at %s:\n%s", name, path, content)
+
+    def launcher_words(self) -> list[str]:
+        """The words ``launcher_args`` add to ft_launcher's line (empty without any), checked by
+        :func:`nemo_resiliency_plugins.core.launcher_args.flag_words`; ``explain`` and ``doctor`` ask this."""
+        return launcher_flags.flag_words(
+            self.launcher_args, plugin=type(self).__name__, field="launcher_args", nvrx_config=self.nvrx_config
+        )
 
     def termination_signal(self) -> str:
         """The signal NVRx's rank monitor sends a hung rank: the field, else SIGABRT with diagnostics, else SIGKILL."""

@@ -208,6 +208,7 @@ def _check_ft_launch(job: _Job) -> list[Check]:
     path, cfg, _ = _ft_cfg(job.executor)
     checks = [_infra_rank_check(job.executor)]
     checks.extend(_flag_checks(job.task, job.executor))
+    checks.extend(_launcher_args_checks(job))
     checks.extend(_progress_checks(job.executor, path, cfg, job.slurm))
     try:
         fix = "install nvidia-resiliency-ext where the job runs"
@@ -218,6 +219,32 @@ def _check_ft_launch(job: _Job) -> list[Check]:
         if _runs_here(job.executor):
             checks.append(Check("ft_launcher resolvable", "pass", "on the PATH the local job will see"))
     return checks
+
+
+def _launcher_args_checks(job: _Job) -> list[Check]:
+    """FaultTolerancePlugin.launcher_args, judged by the plugin (its words) and the core (the Slurm block)."""
+    from nemo_resiliency_plugins.core import launcher_args
+
+    plugin = job.plugin("FaultTolerancePlugin")
+    words_of = getattr(plugin, "launcher_words", None)
+    if not callable(words_of) or not getattr(plugin, "launcher_args", None):
+        return []
+    try:
+        words = words_of()
+    except ResiliencyConfigError as err:
+        return [Check("launcher_args", "FAIL", str(err))]
+    line = f"{launcher_args.ARRAY_NAME}=({' '.join(words)})"
+    on_line = job.slurm and line in (getattr(job.executor, "setup_lines", None) or "")
+    return [
+        _check(
+            "launcher_args reach ft_launcher",
+            on_line,
+            f"{' '.join(words)} (NVRx {launcher_args.nvrx_version()}'s parser accepts them; the sbatch block adds "
+            "them after ft_launcher)"
+            if on_line
+            else f"{' '.join(words)} are not in the job's sbatch script",
+        )
+    ]
 
 
 def _check_ft_state(job: _Job) -> list[Check]:
