@@ -13,14 +13,37 @@ Megatron Bridge 0.6.2 ``training/`` (training_log, checkpointing, straggler, exi
 in :mod:`nemo_resiliency_plugins.testing.workload`; and the requeue guard's own ``nemo-resiliency-plugins:`` lines
 (``core/sbatch/*.sh``).
 
-Structured sources, and why the lines remain (51.5). NVRx 0.7.0 offers: its per-cycle profiling events (the
-``Cycle: N Event: ...`` lines below are the only place the launcher writes them: no file, no API outside the
-launcher process); the workers' exit codes (torch's agent and NVRx log them; NVRx writes no result file a job
-directory keeps); the rank monitor's section timeouts (log only). Megatron Bridge writes one structured file, the
-tracker ``latest_checkpointed_iteration.txt`` (the last saved iteration, which the report could read instead of
-the "saved checkpoint" lines), but it is overwritten by each save and says nothing of which cycle saved what, so the
-per-cycle checkpoint list still comes from the lines. NVRx main adds per-cycle telemetry (OpenTelemetry spans,
+Verdicts come from launcher lines only (:func:`is_launcher_line`): NVRx's tagged lines (its log format,
+``infra:<task>``), torch elastic's agent lines (its own modules' glog format), srun's own stderr and the guard's lines.
+A rank may print any of them verbatim (``testing/faults.py``'s ``SPOOF_LINES``), under torch's ``[default<N>]:`` prefix.
+So the report's "finished" is torch's agent's :data:`TORCH_GROUP_FINISHED` (every worker of the group exited 0; not a
+straggler stop or a signal's exit, whose workers exit 0 too), and the workload's ``FINISHED step=`` line is only the
+step figure; only an attempt where no launcher wrote a line at all (a plain interpreter under srun, nothing to ask)
+takes the workload's line as the only evidence there is.
+
+Structured sources we prefer, where there is one: the workers' and launchers' exit codes (Slurm's accounting, the batch
+script's ``exitcode``, NeMo-Run's job state; the guard and tests read these first), the ``ft_state.json`` Megatron
+Bridge keeps for NVRx (the section timeouts NVRx computed from observed times, which ``doctor`` reads), and Megatron
+Bridge's tracker ``latest_checkpointed_iteration.txt`` (the last saved iteration, which the tests read). What remains a
+log line, because NVRx 0.7.0 offers no structured source for it: the per-cycle profiling events (``Cycle: N Event:
+...``: written only to the launcher's log, no file, no API outside the launcher process), the rank monitor's section,
+out-of-section and heartbeat timeouts and which rank's monitor fired, the no-restart verdict and its reason, the
+rendezvous's rank assignment (which node holds which ranks), torch's agent's restart count, exits and success (its
+events go to a metrics handler the launcher does not configure), srun's node lines, and Megatron Bridge's training_log,
+checkpoint and straggler lines (the tracker is overwritten by each save and says nothing of which cycle saved what, so
+the per-cycle checkpoint list still comes from the lines). NVRx main adds per-cycle telemetry (OpenTelemetry spans,
 ``NVRX_CYCLE`` in the workers' environment); 0.7.0 has none of it, so nothing here can use it yet.
+
+Tests and benchmarks take these patterns too (or :func:`exact`, a pattern with its groups fixed to one step or rank);
+``tests/unit/test_log_lines.py`` fails on a regex literal of an owned line in ``tests/`` or ``benchmarks/``. Kept there,
+on purpose: fixtures of raw log text (the lines as upstream writes them: a fixture is the text, not a reading of it);
+plain substring asserts and ``grep("...")`` calls whose meaning is the text itself (e.g. ``"will restart worker group"
+in logs``: the test asserts that exact upstream wording appeared, which a pattern would only restate); the requeue
+guard's own messages asserted word for word (``sent SIGTERM to task pid``...: their wording is what those tests test);
+the tests' own programs' lines (``task N of 2 on``, ``container entry: got SIGTERM``); the timestamp parsers of
+``benchmarks/recovery_lib/logs.py`` (any glog line, not only torch's launcher modules, with the fields split for
+arithmetic); and keyword excerpts in ``benchmarks/gpu`` (case-insensitive words such as ``Traceback``, chosen for a
+human to read, not a line's shape).
 
 The sbatch guard reads some of the same lines in awk / ``grep -E`` (``core/sbatch/*.sh``). Bash cannot import this
 module, so the extended regular expressions it uses are kept here as strings (:data:`GUARD_ERE`), assigned the same
@@ -74,6 +97,8 @@ TORCH_RESTART = re.compile(r"\brestart_count=(\d+)\b")
 #: report's "finished" verdict comes from this launcher line, never from the workload's ``FINISHED step=`` line.
 TORCH_GROUP_FINISHED = re.compile(r"\[\w+\] worker group successfully finished\.")
 TORCH_EXITCODE = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)")
+#: The same exit in the error summary torch prints when the agent gives up (errors/__init__.py's table).
+TORCH_SUMMARY_EXITCODE = re.compile(r"^\s*exitcode\s*: (-?\d+) \(pid: \d+\)")
 #: The launch config torch's agent prints: the rendezvous endpoint's port.
 TORCH_RDZV_PORT = re.compile(r"rdzv_endpoint\s*: \S+:(\d+)")
 #: The launch config torch's agent prints (``fullmatch``).
@@ -257,6 +282,7 @@ FIXTURES: dict[str, str] = {
     "TORCH_GROUP_FINISHED": "launcher.py:672 [default] worker group successfully finished. Waiting 300 seconds for "
     "other agents to finish.",
     "TORCH_EXITCODE": "failed (exitcode: -9) local_rank: 1 (pid: 4711) of binary: python",
+    "TORCH_SUMMARY_EXITCODE": "  exitcode  : 17 (pid: 4711)",
     "TORCH_NPROC": "  nproc_per_node   : 2",
     "TORCH_RDZV_PORT": "  rdzv_endpoint    : nrp-node1:29500",
     "NVRX_PROGRESS": "Training cycle #1 made progress: iteration 10 -> 15",

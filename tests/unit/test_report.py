@@ -294,8 +294,8 @@ def test_goodput_and_the_iterations_trained_twice(tmp_path, capsys):
     )
 
 
-_STAMP = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) ")  # match: a launcher line's time stamp
-_ITERATION = re.compile(r"\] iteration\s+(\d+)/\s*\d+ .*elapsed time per iteration \(ms\): ([0-9.]+)")
+_STAMP = ll.NVRX_STAMP  # match: a launcher line's time stamp
+_ITERATION = ll.MB_ITERATION  # groups: time, iteration, ms per iteration
 
 
 def _goodput_from_step_times(logs: list[Path]) -> tuple[float, float]:
@@ -312,8 +312,8 @@ def _goodput_from_step_times(logs: list[Path]) -> tuple[float, float]:
             if m := _STAMP.match(line):
                 stamps.append(dt.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").timestamp() + int(m.group(2)) / 1e3)
             if m := _ITERATION.search(line):
-                kept[int(m.group(1))] = float(m.group(2))
-                times.append(float(m.group(2)))
+                kept[int(m.group(2))] = float(m.group(3))
+                times.append(float(m.group(3)))
         wall += stamps[-1] - stamps[0]
     return sum(kept.values()) / 1e3 / wall, len(kept) * (max(times) - min(times)) / 1e3 / wall + 5e-5
 
