@@ -19,6 +19,8 @@ from pathlib import Path
 import nemo_run as run
 from nemo_run.run.torchx_backend.packaging import package
 
+from nemo_resiliency_plugins.job import log_lines as ll
+
 
 def add_job(task, executor, plugins, name: str = "train"):
     """Add ``task`` to a real Experiment (which clones it and runs every plugin's setup) and return the job."""
@@ -131,7 +133,7 @@ def after_store_collisions(result):
     while True:
         # The next cycle begins with its ranks' START lines (restart=<the launcher's restart count>): the launcher
         # decided the restart before it started them, so its line is above them whatever the tail threads' order.
-        starts = re.compile(rf"\] START rank=\d+ world=\d+ restart={count + 1}\b")
+        starts = ll.exact(ll.WORKLOAD_START, None, None, count + 1)
         nxt = next((i for i in range(cut, len(lines)) if starts.search(lines[i])), None)
         if nxt is None:
             break

@@ -20,6 +20,8 @@ GOOD_LOG = (
     "Cycle: 1 Event: worker_start_completed Node: nrp-node1_4242_0 Rank: 0 "
     "Time: 2026-12-05 10:00:07.000000\n"
     "[default0]:[rank0] FINISHED step=40 params_sha256=ab\n"
+    "I1205 10:00:30.000000 4242 torch/distributed/elastic/agent/server/api.py:932] [default] worker group "
+    "successfully finished. Waiting 300 seconds for other agents to finish.\n"
 )
 BATCH_LOG = "++ scontrol show hostnames 'nrp-node[1-2]'\nnemo-resiliency-plugins: attempt 0 started\n"
 #: The address space the report's child process may use (bytes): the CLI's imports (torch maps its CUDA libraries,

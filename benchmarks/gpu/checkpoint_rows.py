@@ -20,11 +20,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from pretrain_proof import FAULT_STEP  # noqa: E402  (the kill step of the kill and local cases)
 
+from nemo_resiliency_plugins.job import log_lines as ll
+
 LOCAL_INTERVAL = 2  # prepare.py's LocalCheckpointPlugin(non_persistent_save_interval=2); persistent K = 10
 
 
 def _resumed_from(case: dict) -> int | None:
-    steps = [int(m) for line in case.get("resume_lines", []) for m in re.findall(r"at iteration (\d+)", line)]
+    steps = [int(m) for line in case.get("resume_lines", []) for m in ll.MB_LOADED.findall(line)]
     return max(steps) if steps else None
 
 

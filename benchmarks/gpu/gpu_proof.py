@@ -26,8 +26,16 @@ import subprocess
 import sys
 import time
 
+from nemo_resiliency_plugins.job import log_lines as ll
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+#: A detection as the launcher logs it (log_lines' patterns): NVRx's section timeout, torch's worker group state,
+#: a worker's exit code (torch's agent, its error summary).
+DETECTION = "|".join(
+    p.pattern for p in (ll.NVRX_SECTION, ll.NVRX_WORKER_GROUP, ll.TORCH_EXITCODE, ll.TORCH_SUMMARY_EXITCODE)
+)
+EXITS = f"{ll.TORCH_EXITCODE.pattern}|{ll.TORCH_SUMMARY_EXITCODE.pattern}"
 ENTRY = os.path.join("benchmarks", "gpu", "workload_entry.py")
 STEP_TIME = "0.1"
 TRAIN_ITERS = 40
@@ -89,7 +97,7 @@ def _delta(job: Job, start_pat: str, end_pat: str) -> float | None:
 
 
 def _sha(job: Job) -> str | None:
-    hit = job.first(r"FINISHED step=\d+ params_sha256=")
+    hit = job.first(ll.WORKLOAD_FINISHED_HASH.pattern)
     return hit[1].split("params_sha256=")[1].strip() if hit else None
 
 
@@ -129,11 +137,11 @@ def main(out: str, settings_dir: str) -> int:
             "wall_s": round(job.wall_s, 2),
             "finished": _sha(job) is not None,
             "params_equal_fault_free": _sha(job) == ref if ref else None,
-            "detect_s": _delta(job, r"FAULT_INJECTED", r"(?i)(UNHEALTHY|FAILED|has been open for|timed out)"),
-            "fault_to_resumed_s": _delta(job, r"FAULT_INJECTED", r"RESUMED from step"),
-            "detection_line": (job.first(r"(?i)has been open for|Worker group (UNHEALTHY|FAILED)") or (0, ""))[1],
-            "resumed_line": (job.first(r"RESUMED from step") or (0, ""))[1],
-            "restarts": len(job.all(r"will restart worker group")),
+            "detect_s": _delta(job, r"FAULT_INJECTED", DETECTION + "|(?i:timed out)"),
+            "fault_to_resumed_s": _delta(job, r"FAULT_INJECTED", ll.WORKLOAD_RESUMED.pattern),
+            "detection_line": (job.first(f"{ll.NVRX_SECTION.pattern}|{ll.NVRX_WORKER_GROUP.pattern}") or (0, ""))[1],
+            "resumed_line": (job.first(ll.WORKLOAD_RESUMED.pattern) or (0, ""))[1],
+            "restarts": len(job.all(ll.NVRX_WILL_RESTART.pattern)),
         }
 
     b_save = "/tmp/gpu_proof/b_inprocess"
@@ -146,12 +154,12 @@ def main(out: str, settings_dir: str) -> int:
         "wall_s": round(b.wall_s, 2),
         "finished": _sha(b) is not None,
         "params_equal_fault_free": _sha(b) == ref if ref else None,
-        "same_pid_reentered": bool(b.first(r"INPROCESS iteration=1 ")),
-        "fault_to_reentry_s": _delta(b, r"FAULT_INJECTED", r"INPROCESS iteration=1 "),
-        "fault_to_resumed_s": _delta(b, r"FAULT_INJECTED", r"RESUMED from step"),
+        "same_pid_reentered": bool(b.first(ll.exact(ll.WORKLOAD_INPROCESS, 1).pattern)),
+        "fault_to_reentry_s": _delta(b, r"FAULT_INJECTED", ll.exact(ll.WORKLOAD_INPROCESS, 1).pattern),
+        "fault_to_resumed_s": _delta(b, r"FAULT_INJECTED", ll.WORKLOAD_RESUMED.pattern),
         "inprocess_lines": [line for _, line in b.all(r"INPROCESS ")],
         "health_check_lines": [line for _, line in b.all(r"(?i)health")][:10],
-        "launcher_restarts": len(b.all(r"will restart worker group")),
+        "launcher_restarts": len(b.all(ll.NVRX_WILL_RESTART.pattern)),
     }
 
     c_save = "/tmp/gpu_proof/c_straggler"
@@ -166,7 +174,7 @@ def main(out: str, settings_dir: str) -> int:
             current = {"t": round(t, 2), "kind": "individual" if "individual" in line else "relative", "scores": {}}
             reports.append(current)
             continue
-        m = re.search(r"Rank=(\d+)\s+Node=\S*\s+Score=([0-9.naN]+)", line)
+        m = ll.NVRX_STRAGGLER_SCORE.search(line)
         if current is not None and m:
             current["scores"][m.group(1)] = float(m.group(2))
         else:

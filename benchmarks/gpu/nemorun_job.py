@@ -31,6 +31,7 @@ import time
 import nemo_run as run
 
 from nemo_resiliency_plugins import AsyncCheckpointPlugin, FaultTolerancePlugin
+from nemo_resiliency_plugins.job import log_lines as ll
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -78,7 +79,7 @@ def main(out: str, extra: list[str] | None = None) -> int:
         with open(path, errors="replace") as f:
             text += f.read() + "\n"
         shutil.copy(path, os.path.join(out, "nemorun_" + os.path.basename(path)))
-    hashes = re.findall(r"FINISHED step=(\d+) params_sha256=(\w+)", text)
+    hashes = ll.WORKLOAD_FINISHED_HASH.findall(text)
     summary = {
         "experiment_id": exp._id,
         "job_dir": job_dir,
@@ -90,8 +91,8 @@ def main(out: str, extra: list[str] | None = None) -> int:
         "launcher": type(job.executor.launcher).__name__ if job.executor.launcher is not None else None,
         "logs": [os.path.relpath(p, job_dir) for p in logs],
         "starts": re.findall(r"\] START pid=\d+ restart=\d+", text),
-        "faults": re.findall(r"FAULT_INJECTED[^\n]*", text)[:3],
-        "restarts": len(re.findall(r"will restart worker group", text)),
+        "faults": [m.group(0) for m in ll.WORKLOAD_INJECTED.finditer(text)][:3],
+        "restarts": len(ll.NVRX_WILL_RESTART.findall(text)),
         "async_lines": re.findall(r"[^\n]*(?:scheduled an async checkpoint|successfully saved checkpoint)[^\n]*", text)[
             :8
         ],

@@ -48,6 +48,14 @@ sys.path.insert(0, HERE)
 
 from gpu_proof import Job  # noqa: E402
 
+from nemo_resiliency_plugins.job import log_lines as ll  # noqa: E402
+
+#: A detection as the launcher logs it (log_lines' patterns): NVRx's section timeout, torch's worker group state,
+#: a worker's exit code (torch's agent, its error summary).
+DETECTION = "|".join(
+    p.pattern for p in (ll.NVRX_SECTION, ll.NVRX_WORKER_GROUP, ll.TORCH_EXITCODE, ll.TORCH_SUMMARY_EXITCODE)
+)
+EXITS = f"{ll.TORCH_EXITCODE.pattern}|{ll.TORCH_SUMMARY_EXITCODE.pattern}"
 ENTRY = os.path.join("benchmarks", "gpu", "pretrain_entry.py")
 ITERS = 40
 FAULT_STEP = 25  # where kill, hang, sigterm, raise and the checkpoint cases strike: the step-20 save is the last
@@ -79,10 +87,10 @@ def losses(job: Job) -> dict[int, float]:
 
 
 def final(job: Job) -> tuple[int | None, str | None]:
-    hit = job.first(r"FINISHED step=\d+ params_sha256=")
+    hit = job.first(ll.WORKLOAD_FINISHED_HASH.pattern)
     if not hit:
         return None, None
-    m = re.search(r"FINISHED step=(\d+) params_sha256=(\w+)", hit[1])
+    m = ll.WORKLOAD_FINISHED_HASH.search(hit[1])
     return int(m.group(1)), m.group(2)
 
 
@@ -212,7 +220,7 @@ class Proof:
             "starts": lines(job, r"\] START pid="),
             "resume_lines": lines(job, r"successfully loaded checkpoint|will not load any checkpoints"),
             "fault_lines": lines(job, r"FAULT_INJECTED"),
-            "launcher_restarts": len(job.all(r"will restart worker group")),
+            "launcher_restarts": len(job.all(ll.NVRX_WILL_RESTART.pattern)),
             "losses": {str(k): v for k, v in loss.items()},
         }
         return out
@@ -252,8 +260,8 @@ class Proof:
         fault = {"NRP_FAULT": kind, "NRP_FAULT_STEP": str(FAULT_STEP)}
         job = self.run(self.ft_job(name, "fault_tolerance", self._save(name), ITERS, fault, 300, extra))
         r = self.common(job)
-        r["detection_lines"] = lines(job, r"(?i)has been open for|Worker group (UNHEALTHY|FAILED)|exitcode", 4)
-        r["detect_s"] = delta(job, r"FAULT_INJECTED", r"(?i)(UNHEALTHY|FAILED|has been open for)")
+        r["detection_lines"] = lines(job, DETECTION, 4)
+        r["detect_s"] = delta(job, r"FAULT_INJECTED", DETECTION)
         r["fault_to_resumed_s"] = delta(job, r"FAULT_INJECTED", r"successfully loaded checkpoint")
         self.results[name] = r
         return job
@@ -292,7 +300,12 @@ class Proof:
         two = self.run(self.ft_job(f"{name}_2", "fault_tolerance", save, ITERS, {}, 300, "local_checkpoint", guarded))
         r = {"first": self.common(one), "truncated": truncated, "second": self.common(two)}
         r["second"]["load_lines"] = lines(
-            two, r"(?i)load|local|Traceback|Error|exitcode|will restart|TRAIN_START|iteration 0|from scratch", 30
+            two,
+            r"(?i)load|local|Traceback|Error|TRAIN_START|iteration 0|from scratch|"
+            + EXITS
+            + "|"
+            + ll.NVRX_WILL_RESTART.pattern,
+            30,
         )
         r["second"]["guard_lines"] = lines(two, r"nrp-local-guard", 10)
         self.results[name] = r
@@ -313,7 +326,7 @@ class Proof:
         second = self.run(self.torchrun_job("sigterm_2", "preemption", save, ITERS, fault, 240))
         r = {"first": self.common(first), "second": self.common(second)}
         r["first"]["exit_lines"] = lines(
-            first, r"(?i)SIGTERM|signal|Pretrain failed|SystemExit|exitcode|saved checkpoint|successfully saved", 10
+            first, r"(?i)SIGTERM|signal|Pretrain failed|SystemExit|saved checkpoint|successfully saved|" + EXITS, 10
         )
         self.results["sigterm"] = r
 
@@ -332,14 +345,14 @@ class Proof:
         r = {"first": self.common(one), "second": self.common(two), "ft_state_json_after_run_1": ft_state}
         r["first"]["ft_lines"] = lines(one, r"FT: ", 12)
         r["second"]["ft_lines"] = lines(two, r"FT: (loaded|initialized)", 6)
-        r["second"]["detection_lines"] = lines(two, r"(?i)has been open for|Worker group (UNHEALTHY|FAILED)", 3)
-        r["second"]["detect_s"] = delta(two, r"FAULT_INJECTED", r"(?i)(UNHEALTHY|FAILED|has been open for)")
+        r["second"]["detection_lines"] = lines(two, f"{ll.NVRX_SECTION.pattern}|{ll.NVRX_WORKER_GROUP.pattern}", 3)
+        r["second"]["detect_s"] = delta(two, r"FAULT_INJECTED", DETECTION)
         self.results["calc"] = r
 
     def rerun(self) -> None:
         job = self.run(self.torchrun_job("rerun", "rerun", self._save("rerun"), ITERS, {}, 240))
         r = self.common(job)
-        r["rerun_lines"] = lines(job, r"(?i)Injecting error|rerun|Exiting now|exitcode|Saving a checkpoint", 12)
+        r["rerun_lines"] = lines(job, r"(?i)Injecting error|rerun|Exiting now|Saving a checkpoint|" + EXITS, 12)
         self.results["rerun"] = r
 
     def straggler(self) -> None:
@@ -349,7 +362,10 @@ class Proof:
         job = self.run(self.torchrun_job("straggler", "straggler", self._save("straggler"), 240, env, 300))
         r = self.common(job)
         r["straggler_lines"] = lines(
-            job, r"(?i)STRAGGLER|GPU (relative|individual) performance|Score=|NVRx straggler|cupti", 30
+            job,
+            r"(?i)STRAGGLER|GPU (relative|individual) performance|NVRx straggler|cupti|"
+            + ll.NVRX_STRAGGLER_SCORE.pattern,
+            30,
         )
         r["slow_to_warning_s"] = delta(job, r"FAULT_INJECTED kind=slow", r"STRAGGLER DETECTION WARNING")
         self.results["straggler"] = r

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from nemo_resiliency_plugins.job import log_lines as ll
 from recovery_lib.logs import _WORKER_PREFIX, LogTail, line_time
 from recovery_lib.settings import FAULT_RANK, FAULT_STEP, SAVE_INTERVAL, STEPS
 
@@ -98,7 +99,7 @@ class Run:
     def inprocess_entries(self) -> list[tuple[float, str]]:
         out = []
         for _, text, _ in self.lines:
-            m = re.search(r"INPROCESS iteration=(\d+) pid=\d+ time=([0-9.]+)", text)
+            m = ll.WORKLOAD_INPROCESS_TIMED.search(text)
             if m and int(m.group(1)) >= 1:
                 out.append((float(m.group(2)), text))
         return out
@@ -122,7 +123,7 @@ class Run:
         hits = self.grep("Section 'step' has been open for")
         if not hits:
             return None
-        m = re.search(r"has been open for ([0-9.]+) seconds", hits[0][1])
+        m = ll.NVRX_SECTION.search(hits[0][1])
         return float(m.group(1)) if m else None
 
     def loaded_step_timeout(self) -> float | None:

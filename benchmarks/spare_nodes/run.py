@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
-import re
 import signal
 import statistics
 import sys
@@ -41,10 +40,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from nemo_resiliency_plugins.job import log_lines as ll
 from tests.slurm.nrp_jobs import signal_node_when, submit, training_node_without_store  # noqa: E402
 from tests.slurm_fixture import STATE_DIR, LocalSlurm  # noqa: E402
 
-_ITERATION = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\] iteration\s+(\d+)/")
+_ITERATION = ll.MB_ITERATION  # groups 1, 2: its time, the iteration
 # variant -> (FaultTolerancePlugin fields, only the rank killed (not the node), Slurm's requeue hold lifted)
 VARIANTS = {
     "spare": (dict(spare_nodes=1), False, True),
@@ -84,8 +84,8 @@ def one(slurm: LocalSlurm, variant: str, work: Path) -> dict:
     killed: dict = {}
     killer = threading.Thread(
         target=signal_node_when,
-        args=(job, 0, r"CHECKPOINT saved step=5\b", signal.SIGKILL, killed, training_node_without_store),
-        kwargs=dict(choose_after=r"iteration\s+\d+/", ranks_only=ranks_only),  # chosen once the ranks run
+        args=(job, 0, ll.exact(ll.WORKLOAD_SAVED, 5).pattern, signal.SIGKILL, killed, training_node_without_store),
+        kwargs=dict(choose_after=ll.MB_ITERATION.pattern, ranks_only=ranks_only),  # chosen once the ranks run
         daemon=True,
     )
     killer.start()

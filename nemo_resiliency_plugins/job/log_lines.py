@@ -13,14 +13,37 @@ Megatron Bridge 0.6.2 ``training/`` (training_log, checkpointing, straggler, exi
 in :mod:`nemo_resiliency_plugins.testing.workload`; and the requeue guard's own ``nemo-resiliency-plugins:`` lines
 (``core/sbatch/*.sh``).
 
-Structured sources, and why the lines remain (51.5). NVRx 0.7.0 offers: its per-cycle profiling events (the
-``Cycle: N Event: ...`` lines below are the only place the launcher writes them: no file, no API outside the
-launcher process); the workers' exit codes (torch's agent and NVRx log them; NVRx writes no result file a job
-directory keeps); the rank monitor's section timeouts (log only). Megatron Bridge writes one structured file, the
-tracker ``latest_checkpointed_iteration.txt`` (the last saved iteration, which the report could read instead of
-the "saved checkpoint" lines), but it is overwritten by each save and says nothing of which cycle saved what, so the
-per-cycle checkpoint list still comes from the lines. NVRx main adds per-cycle telemetry (OpenTelemetry spans,
+Verdicts come from launcher lines only (:func:`is_launcher_line`): NVRx's tagged lines (its log format,
+``infra:<task>``), torch elastic's agent lines (its own modules' glog format), srun's own stderr and the guard's lines.
+A rank may print any of them verbatim (``testing/faults.py``'s ``SPOOF_LINES``), under torch's ``[default<N>]:`` prefix.
+So the report's "finished" is torch's agent's :data:`TORCH_GROUP_FINISHED` (every worker of the group exited 0; not a
+straggler stop or a signal's exit, whose workers exit 0 too), and the workload's ``FINISHED step=`` line is only the
+step figure; only an attempt where no launcher wrote a line at all (a plain interpreter under srun, nothing to ask)
+takes the workload's line as the only evidence there is.
+
+Structured sources we prefer, where there is one: the workers' and launchers' exit codes (Slurm's accounting, the batch
+script's ``exitcode``, NeMo-Run's job state; the guard and tests read these first), the ``ft_state.json`` Megatron
+Bridge keeps for NVRx (the section timeouts NVRx computed from observed times, which ``doctor`` reads), and Megatron
+Bridge's tracker ``latest_checkpointed_iteration.txt`` (the last saved iteration, which the tests read). What remains a
+log line, because NVRx 0.7.0 offers no structured source for it: the per-cycle profiling events (``Cycle: N Event:
+...``: written only to the launcher's log, no file, no API outside the launcher process), the rank monitor's section,
+out-of-section and heartbeat timeouts and which rank's monitor fired, the no-restart verdict and its reason, the
+rendezvous's rank assignment (which node holds which ranks), torch's agent's restart count, exits and success (its
+events go to a metrics handler the launcher does not configure), srun's node lines, and Megatron Bridge's training_log,
+checkpoint and straggler lines (the tracker is overwritten by each save and says nothing of which cycle saved what, so
+the per-cycle checkpoint list still comes from the lines). NVRx main adds per-cycle telemetry (OpenTelemetry spans,
 ``NVRX_CYCLE`` in the workers' environment); 0.7.0 has none of it, so nothing here can use it yet.
+
+Tests and benchmarks take these patterns too (or :func:`exact`, a pattern with its groups fixed to one step or rank);
+``tests/unit/test_log_lines.py`` fails on a regex literal of an owned line in ``tests/`` or ``benchmarks/``. Kept there,
+on purpose: fixtures of raw log text (the lines as upstream writes them: a fixture is the text, not a reading of it);
+plain substring asserts and ``grep("...")`` calls whose meaning is the text itself (e.g. ``"will restart worker group"
+in logs``: the test asserts that exact upstream wording appeared, which a pattern would only restate); the requeue
+guard's own messages asserted word for word (``sent SIGTERM to task pid``...: their wording is what those tests test);
+the tests' own programs' lines (``task N of 2 on``, ``container entry: got SIGTERM``); the timestamp parsers of
+``benchmarks/recovery_lib/logs.py`` (any glog line, not only torch's launcher modules, with the fields split for
+arithmetic); and keyword excerpts in ``benchmarks/gpu`` (case-insensitive words such as ``Traceback``, chosen for a
+human to read, not a line's shape).
 
 The sbatch guard reads some of the same lines in awk / ``grep -E`` (``core/sbatch/*.sh``). Bash cannot import this
 module, so the extended regular expressions it uses are kept here as strings (:data:`GUARD_ERE`), assigned the same
@@ -56,6 +79,10 @@ NVRX_NO_RESTART = re.compile(r"NVRx decided the job must not be restarted \(([A-
 NVRX_AGENT_EXIT = re.compile(r"exit code = (\d+)")
 NVRX_WORKER_GROUP = re.compile(r"Worker group (FAILED|UNHEALTHY)")
 NVRX_WILL_RESTART = re.compile(r"will restart worker group")
+#: progress_tracker.py: a cycle that saved a new checkpoint (the no-progress count starts again).
+NVRX_PROGRESS = re.compile(r"Training cycle #(\d+) made progress")
+#: NVRx's straggler report, one line per rank (straggler_det_callback.py's and Megatron Bridge's report format).
+NVRX_STRAGGLER_SCORE = re.compile(r"Rank=(\d+)\s+Node=\S*\s+Score=([0-9.]+|nan)")
 
 # ---- torch 2.x elastic (torchrun's agent; NVRx's launcher reuses it) ------------------------------------------
 #: glog-style stamp of torch's launcher modules: month, day, time, pid, no year (``match``). Only its own modules:
@@ -66,7 +93,14 @@ TORCH_GLOG = re.compile(
     r"^[IWEF](\d\d)(\d\d) (\d\d:\d\d:\d\d\.\d+) +(\d+) (?:\S*/)?torch/distributed/(?:run|launcher/|elastic/)"
 )
 TORCH_RESTART = re.compile(r"\brestart_count=(\d+)\b")
+#: The agent's success (api.py ``_invoke_run``, also in NVRx's launcher.py): every worker of its group exited 0. The
+#: report's "finished" verdict comes from this launcher line, never from the workload's ``FINISHED step=`` line.
+TORCH_GROUP_FINISHED = re.compile(r"\[\w+\] worker group successfully finished\.")
 TORCH_EXITCODE = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)")
+#: The same exit in the error summary torch prints when the agent gives up (errors/__init__.py's table).
+TORCH_SUMMARY_EXITCODE = re.compile(r"^\s*exitcode\s*: (-?\d+) \(pid: \d+\)")
+#: The launch config torch's agent prints: the rendezvous endpoint's port.
+TORCH_RDZV_PORT = re.compile(r"rdzv_endpoint\s*: \S+:(\d+)")
 #: The launch config torch's agent prints (``fullmatch``).
 TORCH_NPROC = re.compile(r"\s*nproc_per_node\s*:\s*(\d+)\s*")
 #: A rank's line as torch elastic prefixes it (``fullmatch``), srun's task label before it on Slurm.
@@ -124,8 +158,15 @@ WORKLOAD_FINISHED = re.compile(r"FINISHED step=(\d+)")
 #: The final line with the parameters' hash (rank 0): what a test compares with the fault-free run.
 WORKLOAD_FINISHED_HASH = re.compile(r"FINISHED step=(\d+) params_sha256=([0-9a-f]+)")
 WORKLOAD_STARTING = re.compile(r"STARTING from scratch")
+#: Each process's first line: its rank, the world size, torch elastic's restart count.
+WORKLOAD_START = re.compile(r"\] START rank=(\d+) world=(\d+) restart=(\d+)")
+WORKLOAD_EXIT_ON_STRAGGLER = re.compile(r"EXIT on straggler step=(\d+)")
+#: testing/mcore_checkpoint.py: a local (node-local, every step) checkpoint and how long it took.
+WORKLOAD_LOCAL_SAVED = re.compile(r"CHECKPOINT local step=(\d+) seconds=([0-9.]+)")
 WORKLOAD_EXIT_ON_SIGNAL = re.compile(r"EXIT on signal step=(\d+)")
 WORKLOAD_INPROCESS = re.compile(r"INPROCESS iteration=([1-9]\d*)")
+#: The same line with the process and its Unix time (an in-process restart keeps the pid).
+WORKLOAD_INPROCESS_TIMED = re.compile(r"INPROCESS iteration=(\d+) pid=(\d+) time=([0-9.]+)")
 #: A Python exception a rank printed (torch elastic's ``[rank<N>]:`` prefix).
 RANK_ERROR = re.compile(r"\[rank\d+\]: (\w+(?:Error|Exception|Interrupt)\b.*)")
 
@@ -181,6 +222,39 @@ def is_launcher_line(line: str) -> bool:
     )
 
 
+def exact(pattern: re.Pattern[str], *values: object) -> re.Pattern[str]:
+    """``pattern`` with its capture groups, in order, fixed to ``values`` (``None`` keeps that group as it is): the
+    line of one known step or rank, e.g. ``exact(WORKLOAD_SAVED, 5)`` for "CHECKPOINT saved step=5", not 50. Tests
+    and benchmarks wait for or count such lines; writing them from here keeps each line's shape in this module."""
+    text, out, group, i, depth, start = pattern.pattern, [], 0, 0, 0, -1
+    while i < len(text):
+        char = text[i]
+        if char == "\\":
+            i += 2
+            continue
+        if char == "[":  # a character class: skip to its end ("]" first inside it is literal)
+            i = text.index("]", i + 2 if text[i + 1 : i + 2] in ("]", "^") else i + 1) + 1
+            continue
+        if char == "(":
+            depth += 1
+            if depth == 1 and not text.startswith("(?", i):
+                start = i
+        elif char == ")":
+            depth -= 1
+            if depth == 0 and start >= 0:
+                value = values[group] if group < len(values) else None
+                if value is not None:
+                    fixed = re.escape(str(value)) + (r"(?!\d)" if isinstance(value, int) else "")
+                    out.append((start, i + 1, fixed))
+                group, start = group + 1, -1
+        i += 1
+    if group < len(values):
+        raise ValueError(f"{len(values)} values for {group} groups of {text!r}")
+    for begin, end, fixed in reversed(out):
+        text = text[:begin] + fixed + text[end:]
+    return re.compile(text, pattern.flags)
+
+
 #: Patterns whose readers use ``fullmatch`` (the fixture test does too).
 FULLMATCH = frozenset(
     {"TORCH_NPROC", "TORCH_RANK_LINE", "SRUN_ERROR", "SBATCH_HOSTNAMES", "GUARD", "GUARD_SILENT", "GUARD_STOPPING",
@@ -205,8 +279,18 @@ FIXTURES: dict[str, str] = {
     "NVRX_WILL_RESTART": "[default] Worker group FAILED. 2/3 attempts left; will restart worker group",
     "TORCH_GLOG": "I1231 23:59:58.123000 4242 torch/distributed/elastic/agent/server/api.py:680] restart_count=0",
     "TORCH_RESTART": "  restart_count=1",
+    "TORCH_GROUP_FINISHED": "launcher.py:672 [default] worker group successfully finished. Waiting 300 seconds for "
+    "other agents to finish.",
     "TORCH_EXITCODE": "failed (exitcode: -9) local_rank: 1 (pid: 4711) of binary: python",
+    "TORCH_SUMMARY_EXITCODE": "  exitcode  : 17 (pid: 4711)",
     "TORCH_NPROC": "  nproc_per_node   : 2",
+    "TORCH_RDZV_PORT": "  rdzv_endpoint    : nrp-node1:29500",
+    "NVRX_PROGRESS": "Training cycle #1 made progress: iteration 10 -> 15",
+    "NVRX_STRAGGLER_SCORE": "  Rank=1 Node=nrp-node2 Score=0.33",
+    "WORKLOAD_START": "[rank0] START rank=0 world=2 restart=0",
+    "WORKLOAD_EXIT_ON_STRAGGLER": "[rank0] EXIT on straggler step=12",
+    "WORKLOAD_LOCAL_SAVED": "[rank0] CHECKPOINT local step=7 seconds=0.0123",
+    "WORKLOAD_INPROCESS_TIMED": "[rank1] INPROCESS iteration=1 pid=4711 time=1733400000.25",
     "TORCH_RANK_LINE": "1: [default0]:[rank1]:[rank1] FINISHED step=40 params_sha256=ab",
     "TORCH_PEER_LOST": "[default0]:RuntimeError: [../gloo/transport/tcp/pair.cc:534] Connection closed by peer",
     "FAULTHANDLER_LINE": "[default1]:Fatal Python error: Aborted",

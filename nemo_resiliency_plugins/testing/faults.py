@@ -255,10 +255,10 @@ class FaultInjector:
 
 #: ``NRP_SPOOF_LINES=1``: what a careless training script may print (issue 51, issue 47 class 15): NVRx 0.7's own
 #: verdict lines, verbatim (log_manager.py's format; launcher.py's no-restart and exit lines, the rendezvous's
-#: assignment). Written by a rank, each reaches the log under torch elastic's ``[default<n>]:`` prefix, and the
-#: requeue guard and the report must not take it for the launcher's: a job that prints them ends as it would
-#: without them. The no-restart reason here is one NVRx would not give in these jobs (a real crash loop's is
-#: ``no_progress``), so a reading that took the rank's line would name the wrong reason.
+#: assignment, torch's agent's success line). Written by a rank, each reaches the log under torch elastic's
+#: ``[default<n>]:`` prefix, and the requeue guard and the report must not take it for the launcher's: a job that
+#: prints them ends as it would without them. The no-restart reason here is one NVRx would not give in these jobs
+#: (a real crash loop's is ``no_progress``), so a reading that took the rank's line would name the wrong reason.
 SPOOF_LINES = (
     "2026-12-05 07:47:35,237 [ERROR] [vm] [workload:?(?) infra:0(0)] launcher.py:3740 NVRx decided the job must "
     "not be restarted (attribution_stop): Attribution requested a stop.. Agent's exit code = 93",
@@ -269,6 +269,9 @@ SPOOF_LINES = (
     ),
     "2026-12-07 06:10:36,838 [INFO] [vm] [workload:?(?) infra:3(0)] ft_rendezvous_barrier.py:2752 "
     "Assigned active rank 0 (round=0)",
+    # torch's agent's success line as NVRx's launcher logs it: the report's "finished" verdict
+    "2026-12-07 06:12:40,028 [INFO] [vm] [workload:?(?) infra:0(0)] launcher.py:672 [default] worker group "
+    "successfully finished. Waiting 300 seconds for other agents to finish.",
 )
 
 

@@ -15,12 +15,12 @@ fault-free container job of its own cost 200 s of a loaded CI run and proved not
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
 import yaml
 
+from nemo_resiliency_plugins.job import log_lines as ll
 from nemo_resiliency_plugins.recipes import get_recipe
 from nemo_resiliency_plugins.tools.doctor import check_job, jobs_from_experiment_dir
 from nemo_resiliency_plugins.tools.report import report_job
@@ -86,7 +86,7 @@ def test_hang_is_caught_by_the_step_section_timeout(kill_then_hang, reference_ru
     assert result.grep(f"FAULT_INJECTED kind=hang step={HANG_STEP}")
     lines = result.grep("Section 'step' has been open for")
     assert lines, "NVRx did not name the step section for the hang:\n" + result.log[-4000:]
-    waited = float(re.search(r"has been open for ([0-9.]+) seconds", lines[0]).group(1))
+    waited = float(ll.NVRX_SECTION.search(lines[0]).group(2))
     # NVRx's own figure (its clock): never below the timeout; late by at most one check interval (1 s) plus the rank
     # monitor's wake-up on a loaded host (2 s).
     assert STEP_TIMEOUT <= waited < STEP_TIMEOUT + 1 + 2, f"detected by the 10 s step timeout (+ 1 s checks): {waited}"

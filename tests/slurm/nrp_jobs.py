@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nemo_resiliency_plugins.job import log_lines as ll
+
 VENV_BIN = str(Path(sys.executable).parent)
 
 SUBMIT = textwrap.dedent(
@@ -206,19 +208,16 @@ def nemo_run_state(job: SubmittedJob, settle_s: float = SACCT_SETTLE_S) -> tuple
 
 
 def finished_hash(text: str) -> tuple[int, str]:
-    m = re.findall(r"FINISHED step=(\d+) params_sha256=([0-9a-f]+)", text)
+    m = ll.WORKLOAD_FINISHED_HASH.findall(text)
     assert m, "no FINISHED line:\n" + text[-6000:]
     return int(m[-1][0]), m[-1][1]
-
-
-_STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) ")
 
 
 def launcher_times(text: str, pattern: str = "") -> list[float]:
     """Epoch seconds of ft_launcher's own log lines (``2026-12-02 15:19:07,000 [...]``) matching ``pattern``."""
     found = []
     for line in text.splitlines():
-        m = _STAMP.match(line)
+        m = ll.NVRX_STAMP.match(line)
         if m and re.search(pattern, line):
             found.append(time.mktime(time.strptime(m.group(1), "%Y-%m-%d %H:%M:%S")) + int(m.group(2)) / 1000)
     return found
@@ -308,7 +307,7 @@ def store_pids(job) -> set[int]:
     launchers print it as their rdzv_endpoint): the ft_launcher that hosts the rendezvous TCPStore."""
     import psutil
 
-    found = re.findall(r"rdzv_endpoint\s*: \S+:(\d+)", "\n".join(job.attempt_logs().values()))
+    found = ll.TORCH_RDZV_PORT.findall("\n".join(job.attempt_logs().values()))
     assert found and len(set(found)) == 1, found  # the same port in every attempt, read from the launchers' lines
     port = int(found[0])
     return {c.pid for c in psutil.net_connections(kind="tcp") if c.status == "LISTEN" and c.laddr.port == port}
@@ -316,9 +315,20 @@ def store_pids(job) -> set[int]:
 
 #: NVRx's line when its rendezvous gives a launcher an active rank: (srun task, active rank, round).
 # A launcher's own line only (a time stamp first): a rank that prints one (NRP_SPOOF_LINES) is not a launcher.
-ASSIGNED_ACTIVE = re.compile(
-    r"^\d{4}-\d\d-\d\d [^\n]*? infra:(\d+)\(\S*\)\] \S+ Assigned active rank (\d+) \(round=(\d+)\)", re.M
-)
+class _AssignedActive:
+    """``findall(text)``: (srun task, active rank, round) of each NVRx line (log_lines.NVRX_ASSIGNED) at a line's
+    start after NVRx's own time stamp (log_lines.NVRX_STAMP), as ``re.findall`` gives them."""
+
+    @staticmethod
+    def findall(text: str) -> list[tuple[str, str, str]]:
+        return [
+            m.groups()
+            for line in text.splitlines()
+            if ll.NVRX_STAMP.match(line) and (m := ll.NVRX_ASSIGNED.search(line))
+        ]
+
+
+ASSIGNED_ACTIVE = _AssignedActive()
 
 
 def training_node_without_store(job) -> str:

@@ -50,6 +50,7 @@ from pathlib import Path
 
 import pytest
 
+from nemo_resiliency_plugins.job import log_lines as ll
 from nemo_resiliency_plugins.testing.faults import SPOOF_LINES
 from nemo_resiliency_plugins.tools.report import report_experiment
 from tests.helpers import assert_ended_by_kill
@@ -116,7 +117,7 @@ def _store_host_node(job) -> str:
 
 
 #: The ranks of the attempt run (a training_log line): the node to signal can be chosen ahead of its trigger.
-RANKS_RUN = r"iteration\s+\d+/"
+RANKS_RUN = ll.MB_ITERATION.pattern
 
 
 def _lose_a_training_node_then_freeze_its_spare(job, killed: dict, frozen: dict, second=signal.SIGSTOP) -> None:
@@ -126,7 +127,7 @@ def _lose_a_training_node_then_freeze_its_spare(job, killed: dict, frozen: dict,
     if signal_node_when(
         job,
         0,
-        r"CHECKPOINT saved step=5\b",
+        ll.exact(ll.WORKLOAD_SAVED, 5).pattern,
         signal.SIGKILL,
         killed,
         training_node_without_store,
@@ -135,20 +136,26 @@ def _lose_a_training_node_then_freeze_its_spare(job, killed: dict, frozen: dict,
         signal_node_when(
             job,
             0,
-            r"RESUMED from step \d+[\s\S]*CHECKPOINT saved step=15\b",
+            ll.WORKLOAD_RESUMED.pattern + r"[\s\S]*" + ll.exact(ll.WORKLOAD_SAVED, 15).pattern,
             second,
             frozen,
             newest_training_node_without_store,
-            choose_after=r"RESUMED from step \d+[\s\S]*" + RANKS_RUN,
+            choose_after=ll.WORKLOAD_RESUMED.pattern + r"[\s\S]*" + RANKS_RUN,
         )
 
 
 def _lose_then_freeze_a_node(job, killed: dict, frozen: dict) -> None:
-    if signal_node_when(job, 0, r"CHECKPOINT saved step=5\b", signal.SIGKILL, killed, choose_after=RANKS_RUN):
+    if signal_node_when(job, 0, ll.exact(ll.WORKLOAD_SAVED, 5).pattern, signal.SIGKILL, killed, choose_after=RANKS_RUN):
         # The node hosting the store: the case where the healthy launcher blocks for good and only the guard's
         # watchdog ends the step (the other case, srun ending it, is replayed in test_silent_node_evidence.py).
         signal_node_when(
-            job, 1, r"CHECKPOINT saved step=10\b", signal.SIGSTOP, frozen, _store_host_node, choose_after=RANKS_RUN
+            job,
+            1,
+            ll.exact(ll.WORKLOAD_SAVED, 10).pattern,
+            signal.SIGSTOP,
+            frozen,
+            _store_host_node,
+            choose_after=RANKS_RUN,
         )
 
 
@@ -492,7 +499,7 @@ def test_progress_in_every_cycle_keeps_the_job_restarting_until_it_finishes(jobs
     # Killed at 8, 13, 18 (8 steps after resuming from 0, 5, 10); each cycle left a newer checkpoint.
     for step in (8, 13, 18):
         assert f"FAULT_INJECTED kind=kill step={step} rank=1" in logs, logs[-6000:]
-    assert len(re.findall(r"Training cycle #\d+ made progress", logs)) >= 3, logs[-6000:]
+    assert len(ll.NVRX_PROGRESS.findall(logs)) >= 3, logs[-6000:]
     assert "made NO progress" not in logs
     assert finished_hash(logs) == baseline
 
@@ -516,8 +523,8 @@ def test_two_node_job_leaves_a_lost_node_and_a_hung_node_behind(jobs):
         -8000:
     ]
     # Run 1 resumed on other nodes; the node of rank 1 stopped; the healthy node's step section timed out.
-    assert re.search(r"RESUMED from step 5 \(iter_", attempts[1]), attempts[1][-6000:]
-    assert re.search(r"Section 'step' has been open for [\d.]+ seconds", attempts[1]), attempts[1][-6000:]
+    assert re.search(ll.exact(ll.WORKLOAD_RESUMED, 5).pattern + r" \(iter_", attempts[1]), attempts[1][-6000:]
+    assert ll.exact(ll.NVRX_SECTION, "step").search(attempts[1]), attempts[1][-6000:]
     # The guard's own line (the batch log also holds bash's trace of the echo, with quotes: not matched here).
     silent = re.findall(
         r"^nemo-resiliency-plugins: node (\S+) went silent: no launcher line after a section timeout on another "
@@ -586,7 +593,7 @@ def test_a_step_that_fails_without_a_node_line_is_requeued_without_excluding_a_n
     job, _, res = jobs["straggler-stop"]
     attempts, logs = job.attempt_logs(), job.logs()
     assert re.search(r"^srun: error: Unable to create step for job \d+", logs, re.M), logs[-6000:]
-    assert not re.search(r"^srun: error: \S+: tasks? \d", logs, re.M), logs[-6000:]
+    assert not any(ll.SRUN_ERROR.fullmatch(ln) for ln in logs.splitlines()), logs[-6000:]
     assert "FINISHED" not in attempts.get(0, "") and "iteration" not in attempts.get(0, ""), attempts.get(0)
     guard = [ln for ln in logs.splitlines() if ln.startswith("nemo-resiliency-plugins: ")]
     no_line = [i for i, ln in enumerate(guard) if "no 'srun: error: <node>: task' line: cannot tell" in ln]
@@ -622,7 +629,7 @@ def test_straggler_stop_requeues_the_job_without_the_slow_node(jobs):
     # Run 2 ran elsewhere at full speed, resumed from the straggler stop's checkpoint, and matches the fault-free run.
     last = attempts[2]
     assert "SLOW_NODE" not in last and "Exiting program due to straggler" not in last, last[-6000:]
-    stopped = int(re.findall(r"EXIT on straggler step=(\d+)", attempts[1])[-1])
+    stopped = int(ll.WORKLOAD_EXIT_ON_STRAGGLER.findall(attempts[1])[-1])
     assert stopped < STEPS and f"RESUMED from step {stopped}" in last, last[-6000:]
     assert finished_hash(last) == baseline
     # The report: run 1 ended by the straggler stop, on rank 1, on the slow node (NVRx's rank assignment).
@@ -684,7 +691,7 @@ def test_report_of_the_two_node_crash_loop(jobs):
     for row in loop.rows:
         assert_ended_by_kill(row, rank=1)
     # Rank 1 is the second node's: srun's task 1 (its own line names the node that task ran on)
-    task1 = re.search(r"srun: error: (\S+): task 1: ", jobs["two-node-crash-loop"][0].logs())
+    task1 = ll.exact(ll.SRUN_ERROR, None, 1).search(jobs["two-node-crash-loop"][0].logs())
     assert task1 is not None and [row.node for row in loop.rows] == [task1.group(1)] * 2, loop.rows
     assert loop.rows[0].restart_s is not None and loop.rows[0].restart_s > 0
     (verdict,) = loop.guard
@@ -769,7 +776,7 @@ def test_a_spare_node_replaces_a_lost_node_inside_the_job(jobs):
     assert newest in (5, 10) and report.rows[1].resumed_from == newest, report.rows
     assert report.rows[0].node == killed["node"][0], report.rows  # the lost node, in the cycle it ended
     assert (report.rows[0].node_fault or "").startswith(f"lost (srun: error: {killed['node'][0]}: task"), report.rows
-    assert re.findall(rf"RESUMED from step {newest}\b", logs), logs[-8000:]
+    assert ll.exact(ll.WORKLOAD_RESUMED, newest).findall(logs), logs[-8000:]
     assert finished_hash(logs) == baseline
 
 
@@ -786,7 +793,7 @@ def test_a_spare_node_replaces_a_frozen_node_and_the_step_ends_when_training_doe
     assert frozen.get("pids") and len(frozen["node"]) == 1 and frozen["node"] != killed["node"], (frozen, killed)
     assert (res.state, res.exit_code, res.restarts) == ("COMPLETED", 0, 0), (res.record, logs[-8000:])
     assert "Cycle: 2 Event: failure_detected" in logs, logs[-8000:]
-    assert re.search(r"Section 'step' has been open for [\d.]+ seconds", logs), logs[-8000:]
+    assert ll.exact(ll.NVRX_SECTION, "step").search(logs), logs[-8000:]
     # Round 2: the store host and the second spare; every one of the 4 launchers trained in some round.
     rounds = ASSIGNED_ACTIVE.findall(logs)
     round1 = {task for task, _, rnd in rounds if rnd == "1"}
@@ -806,7 +813,7 @@ def test_a_spare_node_replaces_a_frozen_node_and_the_step_ends_when_training_doe
     # The frozen node on the cycle it ended (srun's "Killed" line for its task came after the spare block's stop).
     assert report.rows[1].node == frozen["node"][0], report.rows
     assert (report.rows[1].node_fault or "").startswith("froze ("), report.rows
-    assert re.search(r"RESUMED from step 15\b", logs), logs[-8000:]
+    assert ll.exact(ll.WORKLOAD_RESUMED, 15).search(logs), logs[-8000:]
     assert finished_hash(logs) == baseline
 
 
@@ -829,7 +836,11 @@ def test_when_spares_run_out_the_requeue_path_takes_over(jobs):
     rounds = ASSIGNED_ACTIVE.findall(run0)
     assert {rnd for _, _, rnd in rounds} == {"0", "1"}, rounds
     assert re.search(r"rendezvous has timed out after [\d.]+ seconds \(timeout: 30", run0), run0[-8000:]
-    assert re.search(r"infra:0\(.*Agent's exit code = 1", run0), run0[-8000:]
+    assert any(
+        ll.exact(ll.NVRX_AGENT_EXIT, 1).search(ln)
+        for ln in run0.splitlines()
+        if "infra:0(" in ln and "Agent's exit" in ln
+    ), run0[-8000:]
     # The guard (the batch script's output, one file for both runs): the first node srun named is excluded, and the
     # job requeued (not the spare block's finished verdict).
     lost = first["node"][0]
@@ -867,7 +878,7 @@ def test_a_rank_hung_outside_the_collective_is_the_node_the_guard_excludes(jobs)
     assert re.search(r"^\[default0\]:\[rank1\]:Fatal Python error: Aborted", run0, re.M), run0[-8000:]
     assert re.search(r'^\[default0\]:\[rank0\]:\s+File ".*torch/distributed/distributed_c10d\.py"', run0, re.M)
     # Rank 1's node: the task NVRx gave group rank 1 in the first run (task i runs on the i-th node).
-    (first_run_nodes,) = re.findall(r"^\+\+ scontrol show hostnames '?([^' ]+)'?$", logs, re.M)[:1]
+    (first_run_nodes,) = [m.group(2) for ln in logs.splitlines() if (m := ll.SBATCH_HOSTNAMES.fullmatch(ln))][:1]
     hosts = subprocess.run(
         ["scontrol", "show", "hostnames", first_run_nodes], capture_output=True, text=True, check=True
     ).stdout.split()

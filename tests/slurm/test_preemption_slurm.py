@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from nemo_resiliency_plugins.job import log_lines as ll
 from nemo_resiliency_plugins.tools.report import report_experiment
 from tests.slurm.nrp_jobs import finished_hash, launcher_times, submit
 from tests.slurm_fixture import TERMINAL_STATES
@@ -129,7 +130,7 @@ def test_slurm_signal_before_time_limit_saves_exits_0_and_requeued_job_resumes(p
     first = attempts[0]
     # Megatron Bridge's handler caught Slurm's SIGTERM in the ranks; the workload saved and exited 0.
     assert "Received signal 15, initiating graceful stop" in first, first[-6000:]
-    exit_steps = [int(s) for s in re.findall(r"EXIT on signal step=(\d+)", first)]
+    exit_steps = [int(s) for s in ll.WORKLOAD_EXIT_ON_SIGNAL.findall(first)]
     assert exit_steps, first[-6000:]
     stopped_at = exit_steps[0]
     assert 0 < stopped_at < TRAIN_ITERS
@@ -180,7 +181,7 @@ def test_megatron_bridge_bash_c_launcher_gets_the_signal_saves_requeues_and_resu
     assert (res.state, res.exit_code) == ("COMPLETED", 0), (res.record, logs[-8000:])
     attempts = job.attempt_logs()
     first = attempts[0]
-    exit_steps = [int(x) for x in re.findall(r"EXIT on signal step=(\d+)", first)]
+    exit_steps = [int(x) for x in ll.WORKLOAD_EXIT_ON_SIGNAL.findall(first)]
     assert exit_steps, first[-6000:]
     stopped_at = exit_steps[0]
     assert 0 < stopped_at < TRAIN_ITERS
@@ -209,7 +210,7 @@ def test_torchrun_launcher_gets_the_signal_to_its_rank_exits_0_and_is_requeued(p
     logs = job.logs()
     assert (res.state, res.exit_code) == ("COMPLETED", 0), (res.record, logs[-8000:])
     first = job.attempt_logs()[0]
-    stopped_at = int(re.findall(r"EXIT on signal step=(\d+)", first)[0])
+    stopped_at = int(ll.WORKLOAD_EXIT_ON_SIGNAL.findall(first)[0])
     assert f"CHECKPOINT saved step={stopped_at}" in first, first[-6000:]
     # The rank got it, not torchrun (torch names torchrun's thread pt_elastic), and torchrun ended without error.
     sent = re.findall(r"sent SIGTERM to task pid \d+ \((\S+)\)", logs)
@@ -281,7 +282,7 @@ def test_report_of_each_preempted_job(preempted, shape):
     out = _job(preempted, shape)
     (job,) = report_experiment(out["job"].exp_dir)
     first = out["job"].attempt_logs()[0]
-    stopped_at = int(re.findall(r"EXIT on signal step=(\d+)", first)[0])
+    stopped_at = int(ll.WORKLOAD_EXIT_ON_SIGNAL.findall(first)[0])
     assert (job.requeues, job.restarts, job.finished) == (1, 0, True)
     (stopped,), (resumed,) = (a.cycles for a in job.attempts)
     assert stopped.injected == [] and stopped.finished_step is None

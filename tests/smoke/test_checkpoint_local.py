@@ -20,6 +20,7 @@ import re
 import pytest
 
 from nemo_resiliency_plugins import FaultTolerancePlugin, LocalCheckpointPlugin
+from nemo_resiliency_plugins.job import log_lines as ll
 from nemo_resiliency_plugins.testing.local_run import run_local
 from nemo_resiliency_plugins.tools.report import report_job
 from tests.helpers import assert_ended_by_kill, workload_script
@@ -85,8 +86,8 @@ def test_rank_killed_after_a_local_save_resumes_from_it_and_a_damaged_one_falls_
         kept = [f for f in files if not f.endswith(".unreadable")]
         assert kept and all(re.fullmatch(rf"iter_\d+_{rank}_local\.pt", f) for f in kept), files
         assert [f for f in files if f.endswith(".unreadable")] == ([damaged + ".unreadable"] if rank else []), files
-    pattern = re.compile(r"CHECKPOINT local step=\d+ seconds=([0-9.]+)")
-    seconds = sorted(float(m.group(1)) for line in result.lines if (m := pattern.search(line)))
+    pattern = ll.WORKLOAD_LOCAL_SAVED
+    seconds = sorted(float(m.group(2)) for line in result.lines if (m := pattern.search(line)))
     median = seconds[len(seconds) // 2]
     print(
         f"local saves: n={len(seconds)} median={median:.4f} s; steps lost to the kill: 0 (3 without them); "

@@ -8,7 +8,6 @@ Every faulty run must end with parameters bit-identical to the fault-free run's.
 from __future__ import annotations
 
 import json
-import re
 import shutil
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import nemo_run as run
 import pytest
 
 from nemo_resiliency_plugins import FaultTolerancePlugin
+from nemo_resiliency_plugins.job import log_lines as ll
 from nemo_resiliency_plugins.testing.local_run import run_local
 from nemo_resiliency_plugins.tools.report import report_experiment, report_job
 from tests.helpers import assert_ended_by_kill, assert_same_params, final_params, workload_script
@@ -48,7 +48,7 @@ def section_wait(result) -> float:
     """Seconds the hung 'step' section had been open when NVRx's rank monitor reported it."""
     lines = result.grep("Section 'step' has been open for")
     assert lines, "the hang was not detected by the step section timeout:\n" + result.log[-4000:]
-    return float(re.search(r"has been open for ([0-9.]+) seconds", lines[0]).group(1))
+    return float(ll.NVRX_SECTION.search(lines[0]).group(2))
 
 
 @pytest.fixture(scope="module")

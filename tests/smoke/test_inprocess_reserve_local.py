@@ -27,6 +27,7 @@ import torch
 
 from nemo_resiliency_plugins import FaultTolerancePlugin
 from nemo_resiliency_plugins.inprocess_restart import InProcessRestartPlugin
+from nemo_resiliency_plugins.job import log_lines as ll
 from nemo_resiliency_plugins.testing.inprocess_loop import SHORT_TIMEOUTS
 from nemo_resiliency_plugins.testing.local_run import run_local, workload_task
 from nemo_resiliency_plugins.tools.report import PEER_NOTE, report_job
@@ -39,8 +40,8 @@ FIRST_KILL, SECOND_KILL = 13, 17  # resume from step 10, then from step 15
 # NVRx assigns ranks) and by the active 2 (the toy model's data does not depend on it).
 OVERRIDES = ["train.global_batch_size=12"]
 ENV = {"NRP_STEP_TIME": "0.15"}
-_INPROCESS = re.compile(r"INPROCESS iteration=(\d+) pid=(\d+) time=([0-9.]+)")
-_START = re.compile(r"\] START rank=(\d+) world=(\d+) restart=(\d+)")
+_INPROCESS = ll.WORKLOAD_INPROCESS_TIMED
+_START = ll.WORKLOAD_START
 _PID = re.compile(r"pid=(\d+)")
 
 

@@ -25,6 +25,7 @@ import pytest
 
 from nemo_resiliency_plugins import FaultTolerancePlugin
 from nemo_resiliency_plugins.inprocess_restart import InProcessRestartPlugin
+from nemo_resiliency_plugins.job import log_lines as ll
 from nemo_resiliency_plugins.testing.inprocess_loop import SHORT_TIMEOUTS
 from nemo_resiliency_plugins.testing.local_run import run_local
 from nemo_resiliency_plugins.tools.report import report_job
@@ -34,7 +35,7 @@ STEPS = 20  # the reference config's train.train_iters; checkpoint every 5 steps
 FAULT_STEP = 13  # resume from step 10
 KILL_STEP = 17  # the second fault of the raise-then-kill job: resume from step 15
 STEP_TIME = "0.15"
-_INPROCESS = re.compile(r"\[rank(\d+)\] INPROCESS iteration=(\d+) pid=(\d+) time=([0-9.]+)")
+_INPROCESS = re.compile(r"\[rank(\d+)\] " + ll.WORKLOAD_INPROCESS_TIMED.pattern)
 _MARKER = re.compile(r"pid=(\d+) time=([0-9.]+)")
 
 

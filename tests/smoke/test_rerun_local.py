@@ -7,7 +7,6 @@ all-reduce on CPU tensors) are inside the reference workload.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import nemo_run as run
@@ -15,6 +14,7 @@ import pytest
 import torch
 
 from nemo_resiliency_plugins import FaultTolerancePlugin, RerunStateMachinePlugin
+from nemo_resiliency_plugins.job import log_lines as ll
 from nemo_resiliency_plugins.testing.local_run import run_local, workload_task
 from nemo_resiliency_plugins.tools.report import report_job
 
@@ -25,8 +25,11 @@ RESTARTS = 2
 
 
 def exit_code_seen(result, code: int) -> bool:
-    """torchrun / ft_launcher report a worker's exit code as 'exitcode: N' or 'exitcode  : N'."""
-    return any(re.search(rf"exitcode\W+{code}\b", line) for line in result.lines)
+    """torchrun / ft_launcher report a worker's exit code as 'exitcode: N' (torch's agent), 'exitcode  : N' (torch's
+    error summary) or 'exitcode=N' (NVRx's list of failures)."""
+    shapes = (ll.exact(ll.TORCH_EXITCODE, code), ll.exact(ll.TORCH_SUMMARY_EXITCODE, code))
+    nvrx = ll.exact(ll.NVRX_FAILURE, None, code)
+    return any(shape.search(line) for line in result.lines for shape in (*shapes, nvrx))
 
 
 def script_task(save: Path, fault: str, step: int = NAN_STEP):

@@ -16,6 +16,7 @@ import nemo_run as run
 import pytest
 
 from nemo_resiliency_plugins import StragglerDetectionPlugin
+from nemo_resiliency_plugins.job import log_lines as ll
 from nemo_resiliency_plugins.testing.local_run import LocalRunResult, run_local, workload_task
 from nemo_resiliency_plugins.tools.report import report_job
 
@@ -23,7 +24,7 @@ ITERS = 30
 STEP_TIME = "0.1"  # rank 0's compute part per step; rank 1's is 3x as long
 INTERVAL = 1.0  # report_time_interval (s): first report after 16 warm-up iterations, then every ~1 s
 SLOW = {"NRP_STEP_TIME": STEP_TIME, "NRP_FAULT": "slow", "NRP_FAULT_STEP": "0", "NRP_FAULT_RANK": "1"}
-SCORE = re.compile(r"Rank=(\d+) Node=\S+ Score=([0-9.]+|nan)")
+SCORE = ll.NVRX_STRAGGLER_SCORE
 WARNING = "STRAGGLER DETECTION WARNING: Some GPUs have worse relative performance. Affected ranks:"
 
 
@@ -102,7 +103,7 @@ def test_stop_if_detected_saves_a_checkpoint_and_exits_cleanly(stopped, record_p
     assert result.grep("Exiting program due to straggler detection.")
     exits = result.grep("EXIT on straggler step=")
     assert len(exits) == 2, "both ranks stop at the same step"
-    step = int(re.search(r"step=(\d+)", exits[0]).group(1))
+    step = int(ll.WORKLOAD_EXIT_ON_STRAGGLER.search(exits[0]).group(1))
     assert 16 < step < ITERS
     assert (tmp_path / f"iter_{step:07d}.pt").exists(), "checkpoint at the step it stopped"
     assert (tmp_path / "latest_checkpointed_iteration.txt").read_text().strip() == str(step)
@@ -145,7 +146,7 @@ def test_report_of_the_straggler_jobs(reported, stopped, below_threshold):
     assert job.attempts[0].launcher_stamped and 0 < job.goodput() < 1
 
     result, _ = stopped
-    step = int(re.search(r"step=(\d+)", result.grep("EXIT on straggler step=")[0]).group(1))
+    step = int(ll.WORKLOAD_EXIT_ON_STRAGGLER.search(result.grep("EXIT on straggler step=")[0]).group(1))
     job = report_job(result.job_dir)
     (row,) = job.rows
     assert row.injected == slow, row.injected
@@ -159,4 +160,4 @@ def test_report_of_the_straggler_jobs(reported, stopped, below_threshold):
 
 
 def _node(result: LocalRunResult) -> str:
-    return re.search(r"StragglerId\(rank=1, node='([^']*)'\)", result.grep(WARNING)[0]).group(1)
+    return ll.exact(ll.MB_STRAGGLER_ID, 1).search(result.grep(WARNING)[0]).group(1)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from nemo_resiliency_plugins.job import log_lines as ll
 from tests.helpers import HANG_GUARD_S, workload_env
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,7 +27,7 @@ FT_OVERRIDE = (
     "ft={_target_:megatron.bridge.training.config.FaultToleranceConfig,enable_ft_package:true,calc_ft_timeouts:true}"
 )
 STEPS = 20
-FINISHED_RE = re.compile(r"\[rank0\] FINISHED step=(\d+) params_sha256=([0-9a-f]{64})")
+FINISHED_RE = re.compile(r"\[rank0\] " + ll.WORKLOAD_FINISHED_HASH.pattern + r"(?<=[0-9a-f]{64})(?![0-9a-f])")
 WALL_TIMES: dict[str, float] = {}
 
 

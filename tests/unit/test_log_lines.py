@@ -74,13 +74,82 @@ def test_the_readers_use_these_patterns_not_copies():
                 assert needle not in literal, f"{path.name} restates {needle!r}"
 
 
-def _regex_literals(path: Path) -> list[str]:
-    """The string literals passed to ``re.<function>(...)`` in one module."""
+#: The phrases of NVRx / torch / srun / workload / Megatron Bridge lines whose patterns log_lines owns (issue 51).
+OWNED_PHRASES = (
+    "has been open for",
+    "FINISHED step=",
+    "will restart",
+    "RESUMED from step",
+    "EXIT on signal",
+    "EXIT on straggler",
+    "INPROCESS iteration",
+    "CHECKPOINT saved",
+    "CHECKPOINT local",
+    "START rank=",
+    "exitcode",
+    "exit code =",
+    "Assigned active rank",
+    "srun: error: (",
+    "Training cycle #",
+    "StragglerId",
+    "Score=",
+    "rdzv_endpoint",
+    "scontrol show hostnames",
+    "elapsed time per iteration",
+    "iteration\\s+",
+    "at iteration (",
+    "successfully finished",
+)
+
+
+def test_tests_and_benchmarks_take_the_patterns_from_log_lines():
+    """No regex literal (an ``re.<function>`` argument) in tests/ or benchmarks/ restates an owned line's shape: they
+    import log_lines' patterns (or ``log_lines.exact``). Kept, as its module docstring lists: fixtures of raw log
+    text, and plain substring asserts (``in``, ``grep``) whose meaning is the text itself."""
+    root = Path(__file__).resolve().parents[2]
+    files = [*root.joinpath("tests").rglob("*.py"), *root.joinpath("benchmarks").rglob("*.py")]
+    files = [f for f in files if "fixtures" not in f.parts and f.name != "test_log_lines.py"]
+    assert len(files) > 50
+    for path in files:
+        for literal in _regex_literals(path, REGEX_TAKERS):
+            for needle in OWNED_PHRASES:
+                assert needle not in literal, f"{path.relative_to(root)} restates {needle!r}: {literal!r}"
+
+
+def test_exact_fixes_a_patterns_groups():
+    saved = ll.exact(ll.WORKLOAD_SAVED, 5)
+    assert saved.search("[rank0] CHECKPOINT saved step=5") and not saved.search("[rank0] CHECKPOINT saved step=50")
+    start = ll.exact(ll.WORKLOAD_START, None, None, 2)
+    assert start.search("[rank1] START rank=1 world=2 restart=2").groups() == ("1", "2")
+    assert not start.search("[rank1] START rank=1 world=2 restart=1")
+    section = ll.exact(ll.NVRX_SECTION, "step")
+    assert section.search(ll.FIXTURES["NVRX_SECTION"]) and not section.search("Section 'stepx' has been open for 1")
+    node = ll.exact(ll.SRUN_ERROR, None, 1).search("srun: error: nrp-node2: task 1: Killed")
+    assert node and node.group(1) == "nrp-node2"
+    assert not ll.exact(ll.SRUN_ERROR, None, 1).search("srun: error: nrp-node2: task 12: Killed")
+
+
+#: The benchmarks' own helpers that take a regex (gpu_proof.Job.first / all, pretrain_proof's lines / delta).
+REGEX_TAKERS = frozenset({"first", "all", "lines", "delta", "_delta"})
+
+
+def _regex_literals(path: Path, takers: frozenset[str] = frozenset()) -> list[str]:
+    """The string literals (an f-string's literal parts too) passed to ``re.<function>(...)`` in one module, and
+    every string argument of a call to one of ``takers`` (functions that take a regex)."""
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and ast.unparse(node.func.value) == "re":
-            first = node.args[:1]
-            found += [arg.value for arg in first if isinstance(arg, ast.Constant) and isinstance(arg.value, str)]
+        if not isinstance(node, ast.Call):
+            continue
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        if isinstance(node.func, ast.Attribute) and ast.unparse(node.func.value) == "re":
+            args = node.args[:1]
+        elif name in takers:
+            args = node.args
+        else:
+            continue
+        for arg in args:
+            parts = arg.values if isinstance(arg, ast.JoinedStr) else [arg]
+            found += [part.value for part in parts if isinstance(part, ast.Constant) and isinstance(part.value, str)]
     return found
 
 

@@ -56,6 +56,7 @@ from pathlib import Path
 
 import pytest
 
+from nemo_resiliency_plugins.job import log_lines as ll
 from nemo_resiliency_plugins.tools.cli import main
 from nemo_resiliency_plugins.tools.report import parse_attempt, report_experiment
 from nemo_resiliency_plugins.tools.report.nodes import expand_nodelist
@@ -293,8 +294,8 @@ def test_goodput_and_the_iterations_trained_twice(tmp_path, capsys):
     )
 
 
-_STAMP = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) ")  # match: a launcher line's time stamp
-_ITERATION = re.compile(r"\] iteration\s+(\d+)/\s*\d+ .*elapsed time per iteration \(ms\): ([0-9.]+)")
+_STAMP = ll.NVRX_STAMP  # match: a launcher line's time stamp
+_ITERATION = ll.MB_ITERATION  # groups: time, iteration, ms per iteration
 
 
 def _goodput_from_step_times(logs: list[Path]) -> tuple[float, float]:
@@ -311,8 +312,8 @@ def _goodput_from_step_times(logs: list[Path]) -> tuple[float, float]:
             if m := _STAMP.match(line):
                 stamps.append(dt.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").timestamp() + int(m.group(2)) / 1e3)
             if m := _ITERATION.search(line):
-                kept[int(m.group(1))] = float(m.group(2))
-                times.append(float(m.group(2)))
+                kept[int(m.group(2))] = float(m.group(3))
+                times.append(float(m.group(3)))
         wall += stamps[-1] - stamps[0]
     return sum(kept.values()) / 1e3 / wall, len(kept) * (max(times) - min(times)) / 1e3 / wall + 5e-5
 
@@ -536,3 +537,40 @@ def test_each_cycle_keeps_its_training_log_times_in_log_order(tmp_path):
     assert [row.iteration_times[0][0] for row in job.rows] == [1, 11, 16]  # each cycle starts after its resume
     for row in job.rows:
         assert row.iteration_ms == round(sum(ms for _, ms in row.iteration_times) / len(row.iteration_times), 3)
+
+
+#: Lines a training script may print that quote the launcher's success and the workload's finish verbatim; torch
+#: elastic tees them into the launcher log with its ``[default<N>]:`` prefix, as it does every rank line.
+SPOOFED_SUCCESS = (
+    "[default1]:[rank1] FINISHED step=20 params_sha256=" + "0" * 64,
+    "[default1]:I1205 07:47:40.000000 4242 torch/distributed/elastic/agent/server/api.py:932] [default] worker group"
+    " successfully finished. Waiting 300 seconds for other agents to finish.",
+    "[default1]:2026-12-05 07:47:40,000 [INFO] [vm] [workload:?(?) infra:0(0)] launcher.py:672 [default] worker group"
+    " successfully finished. Waiting 300 seconds for other agents to finish.",
+)
+
+
+def test_a_rank_that_prints_finished_does_not_make_a_failed_job_finished(tmp_path):
+    # The crash loop's launcher reports the failure (NVRx's no-restart verdict, non-zero exits); its rank 1 also
+    # prints the workload's FINISHED line and the launcher's success line: the verdict stays the launcher's.
+    root = unpack("slurm-crash-loop", tmp_path)
+    (log,) = root.glob("**/log-*_0.out")
+    log.write_text(log.read_text() + "\n".join(SPOOFED_SUCCESS) + "\n")
+    (job,) = report_experiment(root)
+    assert (job.requeues, job.restarts, job.finished) == (0, 1, False)
+    assert job.rows[-1].finished_step == 20 and not job.rows[-1].finished  # the figure is read, the verdict is not
+    assert [row.detected_by for row in job.rows] == ["rank killed by signal 9"] * 2
+
+
+def test_finished_is_the_launchers_success_line_not_the_workloads(tmp_path):
+    # The same job that finished, its launchers' success lines removed: the workload's FINISHED line is still there
+    # (the step figure), but no launcher said the worker group finished.
+    root = unpack("local-ft-kill-then-hang", tmp_path)
+    (log,) = root.glob("**/combined.log")
+    text = log.read_text()
+    assert ll.TORCH_GROUP_FINISHED.search(text)
+    (job,) = report_experiment(root)
+    assert job.finished and job.rows[-1].finished and job.rows[-1].finished_step == 20
+    log.write_text("".join(line for line in text.splitlines(True) if not ll.TORCH_GROUP_FINISHED.search(line)))
+    (job,) = report_experiment(root)
+    assert not job.finished and job.rows[-1].finished_step == 20 and not job.rows[-1].finished

@@ -61,7 +61,13 @@ class CycleRow:
     exit_after_peer: bool = False
     exits: list[str] = dataclasses.field(default_factory=list)  # every worker exit it reported, in order
     restart_s: float | None = None  # detection -> the next cycle's workers started (launcher clock)
+    # The workload's own FINISHED step=N line (a rank's output): the step figure only, never the verdict
     finished_step: int | None = None
+    # The verdict: the launcher said this cycle's worker group finished (torch's agent, in NVRx's launcher too:
+    # every worker exited 0), and it was no straggler stop or signal's exit (their workers exit 0 too). A rank may
+    # print anything, so a FINISHED line alone never makes a cycle finished; only where no launcher wrote a line in
+    # the attempt (a plain interpreter) is the workload's line the only evidence there is.
+    finished: bool = False
     last_iteration: int | None = None  # the last iteration Megatron Bridge's training_log reported in this cycle
     iteration_ms: float | None = None  # its average time per iteration over the cycle's training_log lines
     # Each training_log line of the cycle, in log order: (iteration, elapsed ms per iteration since the previous
@@ -144,7 +150,7 @@ class JobReport:
 
     @property
     def finished(self) -> bool:
-        return any(row.finished_step is not None for row in self.rows)
+        return any(row.finished for row in self.rows)
 
     @property
     def wall_s(self) -> float | None:

@@ -139,7 +139,7 @@ def place(report: AttemptReport, log_text: str, slurm: SlurmAttempt) -> None:
     # A node-level verdict belongs to the cycle the node's failure ended: the last unfinished cycle in which the
     # node's launcher held ranks (a spare node's job trains on after a loss, in later cycles of the same attempt),
     # or, without NVRx's assignment lines, the attempt's last unfinished cycle.
-    ended = [row for row in report.cycles if row.finished_step is None]
+    ended = [row for row in report.cycles if not row.finished]
     if not ended:
         return
     for line in slurm.guard:

@@ -106,6 +106,7 @@ class _Reader:
         self.nproc: int | None = None
         self.bad = 0
         self.first_bad = ""
+        self.launched = False  # whether any launcher (NVRx, torch's agent, srun, the guard) wrote a line here
 
     def read(self, number: int, line: str) -> None:
         """One line; a line it cannot take is counted and skipped, and the report goes on with the next."""
@@ -132,6 +133,10 @@ class _Reader:
         if iteration:
             return self._iteration(iteration, when)
         launcher = ll.is_launcher_line(line)  # only a launcher's line says a restart, a failure or a detection
+        self.launched = self.launched or launcher
+        if launcher and ll.TORCH_GROUP_FINISHED.search(line):
+            self.rows[self.cur].finished = True
+            return None
         if launcher and (m := ll.TORCH_RESTART.search(line)):
             self.cur = max(self.cur, _count(m.group(1)))
             self.rows.setdefault(self.cur, CycleRow(attempt=self.attempt, cycle=self.cur))
@@ -271,6 +276,10 @@ class _Reader:
             if rows[cycle].detected_by == STRAGGLER_STOPPED:
                 rows[cycle].detected_on_rank = rank
         for row in rows.values():
+            if not self.launched:  # a plain interpreter: no launcher wrote a line, the workload's is the only evidence
+                row.finished = row.finished_step is not None
+            elif row.detected_by in (STRAGGLER_STOPPED, SIGNAL_EXITED):  # the workers exit 0, training did not end
+                row.finished = False
             if row.iteration_times:
                 row.iteration_ms = round(sum(ms for _, ms in row.iteration_times) / len(row.iteration_times), 3)
         for cycle, lines in self.dumps.items():

@@ -24,7 +24,7 @@ def print_reports(console: Any, reports: list[JobReport]) -> None:
         for column in columns:
             table.add_column(column)
         for row in job.rows:
-            ended = row.detected_by or ("finished" if row.finished_step is not None else "-")
+            ended = row.detected_by or ("finished" if row.finished else "-")
             if row.node_fault:  # the node failed (the node column names it): what the launchers saw followed from it
                 seen = f"; launchers saw: {ended}" if row.detected_by else ""
                 ended = f"node {row.node_fault.split(' (')[0]}{seen}"

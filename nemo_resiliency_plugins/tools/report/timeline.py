@@ -77,7 +77,7 @@ def write_report_timeline(reports: list[JobReport], path: str | os.PathLike) -> 
                     start_s, width = (a - origin).total_seconds(), (b - a).total_seconds()
                     ax.broken_barh([(start_s, width)], (y - 0.3, 0.6), color=PHASES[name])
                     end_s = max(end_s, start_s + width)
-                ended = row.detected_by or ("finished" if row.finished_step is not None else "")
+                ended = row.detected_by or ("finished" if row.finished else "")
                 if row.injected:
                     ended = f"{'; '.join(row.injected)} -> {ended or 'not detected'}"
                 phases = cycle_phases(attempt, index)
