@@ -532,7 +532,7 @@ def test_each_cycle_keeps_its_training_log_times_in_log_order(tmp_path):
     root = unpack("local-ft-kill-then-hang", tmp_path)
     (job,) = report_experiment(root)
     (log,) = sorted(root.glob("**/combined.log"))
-    own = [(int(m.group(1)), float(m.group(2))) for m in map(_ITERATION.search, log.read_text().splitlines()) if m]
+    own = [(int(m.group(2)), float(m.group(3))) for m in map(_ITERATION.search, log.read_text().splitlines()) if m]
     assert [pair for row in job.rows for pair in row.iteration_times] == own
     assert [row.iteration_times[0][0] for row in job.rows] == [1, 11, 16]  # each cycle starts after its resume
     for row in job.rows:
