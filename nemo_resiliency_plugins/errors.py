@@ -8,6 +8,7 @@ from deep inside a library on the cluster hours later.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 
@@ -54,9 +55,25 @@ def _rebuild(plugin, field, value, allowed, detail):
     return ResiliencyConfigError(plugin, field, value, allowed, detail=detail)
 
 
+#: Linux's PATH_MAX: a path up to this long is shown whole.
+_PATH_MAX = 4096
+
+
+def _looks_like_path(value: Any) -> bool:
+    """A filesystem path (a PathLike, or an absolute or home-relative string of one line)."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    return isinstance(value, str) and value.startswith(("/", "~")) and value.isprintable()
+
+
 def _short_repr(value: Any, limit: int = 120) -> str:
+    """The value as the error shows it: cut at ``limit`` characters (a hostile or huge value stays one readable
+    line), except a path, which is shown whole up to PATH_MAX: what an error says must not depend on how deep a
+    checkout or a job directory is (a cut path once hid the part that told one directory from another)."""
     try:
         text = repr(value)
     except Exception:  # a user object whose __repr__ raises must not hide the real error
         text = f"<{type(value).__name__} object>"
+    if _looks_like_path(value):
+        limit = _PATH_MAX
     return text if len(text) <= limit else text[: limit - 3] + "..."
