@@ -59,7 +59,7 @@ def _rebuild(plugin, field, value, allowed, detail):
 _PATH_MAX = 4096
 
 
-def _looks_like_path(value: Any) -> bool:
+def _is_path_value(value: Any) -> bool:
     """A filesystem path (a PathLike, or an absolute or home-relative string of one line)."""
     if isinstance(value, os.PathLike):
         value = os.fspath(value)
@@ -74,6 +74,6 @@ def _short_repr(value: Any, limit: int = 120) -> str:
         text = repr(value)
     except Exception:  # a user object whose __repr__ raises must not hide the real error
         text = f"<{type(value).__name__} object>"
-    if _looks_like_path(value):
+    if _is_path_value(value):
         limit = _PATH_MAX
     return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -59,6 +59,10 @@ from nemo_resiliency_plugins.core.known_bugs import guard_known_bugs
 from nemo_resiliency_plugins.core.validation import Checker, KnownKeywords, is_finite_number
 from nemo_resiliency_plugins.errors import ResiliencyConfigError
 
+# NVLS: the variable, who is known to set it and why it must be off are the rank keeper's (it checks the job's
+# final environment at rank start), so that set-up and rank start say the same.
+from nemo_resiliency_plugins.job.rank_keeper import NVLS_ENV, NVLS_SETTER, NVLS_WHY
+
 logger = logging.getLogger(__name__)
 
 #: NVRx's own notice (``docs/source/release-notes.md`` of nvidia-resiliency-ext: v0.6 "deprecated", v0.7 "remains
@@ -95,17 +99,12 @@ REQUIRED_ENV = {
 }
 
 
-NVLS_ENV = "NCCL_NVLS_ENABLE"
-#: Who sets NVLS on in the clients we know of (NeMo 2's plugin, see tests/fixtures/upstream/nemo_perf_env.py).
-NVLS_SETTER = "e.g. NeMo's PerfEnvPlugin(user_buffer_registration=True)"
-
-
 def nvls_conflict_detail(value: Any) -> str:
     """Why NVLS on and in-process restart cannot share a job: the one text of set-up and of the rank keeper."""
     return (
         f"the job's environment has {NVLS_ENV}={value!r} (set by another plugin or the user, {NVLS_SETTER}); "
-        f"InProcessRestartPlugin needs {NVLS_ENV}=0: NVLink SHARP buffers cannot be torn down and re-created "
-        "inside a living process. Drop user_buffer_registration (or that setting) or in-process restart"
+        f"InProcessRestartPlugin needs {NVLS_ENV}=0: {NVLS_WHY}. Drop user_buffer_registration (or that setting) "
+        "or in-process restart"
     )
 
 

@@ -49,6 +49,8 @@ __all__ = [
     "KEEPER_MODULE",
     "MODULE_ENV",
     "NVLS_ENV",
+    "NVLS_SETTER",
+    "NVLS_WHY",
     "ROLE",
     "SCRIPT_ENV",
     "STOP_SIGNALS",
@@ -169,6 +171,10 @@ def _target() -> list[str] | None:
 #: here, in the job's final environment, because a plugin listed after InProcessRestartPlugin may overwrite it.
 NVLS_ENV = "NCCL_NVLS_ENABLE"
 NVLS_REQUIRED = "0"
+#: Who sets NVLS on in the clients we know of (NeMo 2's plugin, tests/fixtures/upstream/nemo2/perf_env.py), and why
+#: in-process restart cannot have it: said by the plugin at set-up and by this keeper at rank start.
+NVLS_SETTER = "e.g. NeMo's PerfEnvPlugin(user_buffer_registration=True)"
+NVLS_WHY = "NVLink SHARP buffers cannot be torn down and re-created inside a living process"
 
 
 def nvls_problem(environ: dict[str, str] | os._Environ[str]) -> str | None:
@@ -178,9 +184,8 @@ def nvls_problem(environ: dict[str, str] | os._Environ[str]) -> str | None:
         return None
     shown = "unset" if value is None else f"{NVLS_ENV}={value!r}"
     return (
-        f"InProcessRestartPlugin needs {NVLS_ENV}=0 but the job's environment has {shown}: a plugin listed after "
-        "it changed the value (e.g. NeMo's PerfEnvPlugin(user_buffer_registration=True)); NVLink SHARP buffers "
-        "cannot be re-created inside a living process. Stopping at start"
+        f"InProcessRestartPlugin needs {NVLS_ENV}={NVLS_REQUIRED} but the job's environment has {shown}: a plugin "
+        f"listed after it changed the value ({NVLS_SETTER}); {NVLS_WHY}. Stopping at start"
     )
 
 
