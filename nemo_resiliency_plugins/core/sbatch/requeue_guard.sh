@@ -70,7 +70,7 @@ nrp_watch_silent_nodes() {  # LOG TASKS SECONDS, in the background while the lau
   # written then is read whole next time) while nothing was detected, so a long log is not re-read every poll.
   local nrp_floor=0 nrp_from=0 nrp_since='' nrp_silent nrp_rc nrp_size nrp_step
   set +x  # the template traces the batch script: not this loop, every 2 s
-  while sleep 2 </dev/null >/dev/null 2>&1; do  # (as in spare_nodes.sh)
+  while sleep 2 >/dev/null 2>&1; do  # (as in spare_nodes.sh)
     nrp_size=$(stat -c %s "$1" 2>/dev/null || echo 0)
     nrp_silent=$(nrp_silent_tasks "$1" "$nrp_from" "$2"); nrp_rc=$?
     if [ "$nrp_rc" = 1 ]; then

@@ -64,7 +64,7 @@ nrp_step_ids() {  # the job's running steps, numbered ones only (not batch or ex
 nrp_spare_watch() {  # SRUN_PID NEWEST_STEP_BEFORE_IT, in the background while the launchers' step runs
   local nrp_since='' nrp_step nrp_grace=${NRP_SPARE_FINISH_GRACE:-30} nrp_why nrp_code
   set +x  # the template traces the batch script: not this loop
-  while sleep 5 </dev/null >/dev/null 2>&1; do  # no pipe of the job held by a sleep left when the loop is stopped
+  while sleep 5 >/dev/null 2>&1; do  # the sleep holds no output pipe of the job once the loop is stopped
     kill -0 "$1" 2>/dev/null || return 0
     if nrp_spare_tail_finished; then
       nrp_why="training finished on the active nodes"
