@@ -80,6 +80,10 @@ NVRX_AGENT_EXIT = re.compile(r"exit code = (\d+)")
 NVRX_WORKER_GROUP = re.compile(r"Worker group (FAILED|UNHEALTHY)")
 NVRX_WILL_RESTART = re.compile(r"will restart worker group")
 #: progress_tracker.py: a cycle that saved a new checkpoint (the no-progress count starts again).
+#: The store host's launcher lingers a few seconds so the others can read the final store state (one per job run).
+NVRX_STORE_HOST_WAITING = re.compile(r"Store host waiting ([0-9.]+) seconds before exit")
+#: NVRx's barrier rendezvous (ft_rendezvous_barrier.py) gave up waiting for enough nodes (no spare left).
+NVRX_RDZV_TIMEOUT = re.compile(r"rendezvous has timed out after ([0-9.]+) seconds \(timeout: ([0-9.]+)s?\)")
 NVRX_PROGRESS = re.compile(r"Training cycle #(\d+) made progress")
 #: NVRx's straggler report, one line per rank (straggler_det_callback.py's and Megatron Bridge's report format).
 NVRX_STRAGGLER_SCORE = re.compile(r"Rank=(\d+)\s+Node=\S*\s+Score=([0-9.]+|nan)")
@@ -106,6 +110,8 @@ TORCH_NPROC = re.compile(r"\s*nproc_per_node\s*:\s*(\d+)\s*")
 #: A rank's line as torch elastic prefixes it (``fullmatch``), srun's task label before it on Slurm.
 TORCH_RANK_LINE = re.compile(r"(?P<who>(?:\d+: )?\[default(?P<local>\d+)\]:(?:\[rank(?P<rank>\d+)\]:)?)(?P<rest>.*)")
 #: A rank's own output saying a peer's connection went away (gloo's TCP pair; NCCL's remote error), ``match``.
+#: The agent's config dump: the node range the launcher was given (``--nnodes min:max``; the tests read both).
+TORCH_NODES_RANGE = re.compile(r"\s*(min_nodes|max_nodes)\s*: (\d+)\s*")
 TORCH_PEER_LOST = re.compile(
     r"(?:(\d+): )?\[default(\d+)\]:.*"
     r"(?:Connection (?:closed|reset) by peer|remote process exited or there was a network)"
@@ -124,6 +130,8 @@ FAULTHANDLER_FRAME = re.compile(r'^\s+File "(?P<path>[^"]+)", line (?P<line>\d+)
 SRUN_TASK = re.compile(r"(\d+): ")
 #: srun's error line for a task (``fullmatch``).
 SRUN_ERROR = re.compile(r"srun: error: ([A-Za-z0-9._-]+): tasks? ([0-9,-]+): (.+)")
+#: srun could not start a step at all (e.g. a node list that names a drained node): no task ran, no node to blame.
+SRUN_STEP_REFUSED = re.compile(r"srun: error: Unable to create step for job (\d+)")
 #: Each attempt's start in the batch log (bash's trace; bash quotes the list where needed), ``fullmatch``.
 SBATCH_HOSTNAMES = re.compile(r"\+\+ scontrol show hostnames ('?)([^' ]+)\1")
 
@@ -257,7 +265,8 @@ def exact(pattern: re.Pattern[str], *values: object) -> re.Pattern[str]:
 
 #: Patterns whose readers use ``fullmatch`` (the fixture test does too).
 FULLMATCH = frozenset(
-    {"TORCH_NPROC", "TORCH_RANK_LINE", "SRUN_ERROR", "SBATCH_HOSTNAMES", "GUARD", "GUARD_SILENT", "GUARD_STOPPING",
+    {"TORCH_NPROC", "TORCH_NODES_RANGE", "TORCH_RANK_LINE", "SRUN_ERROR",
+     "SBATCH_HOSTNAMES", "GUARD", "GUARD_SILENT", "GUARD_STOPPING",
      "GUARD_FROZEN_STOP"}
 )  # fmt: skip
 
@@ -292,6 +301,12 @@ FIXTURES: dict[str, str] = {
     "WORKLOAD_LOCAL_SAVED": "[rank0] CHECKPOINT local step=7 seconds=0.0123",
     "WORKLOAD_INPROCESS_TIMED": "[rank1] INPROCESS iteration=1 pid=4711 time=1733400000.25",
     "TORCH_RANK_LINE": "1: [default0]:[rank1]:[rank1] FINISHED step=40 params_sha256=ab",
+    "NVRX_STORE_HOST_WAITING": "[infra:0(4242)] launcher.py:1776 Store host waiting 3.0 seconds before exit to allow "
+    "other nodes to read final TCPStore state...",
+    "TORCH_NODES_RANGE": "  min_nodes        : 2",
+    "NVRX_RDZV_TIMEOUT": "RendezvousTimeoutError: The node 'nrp-node3_4242_0' rendezvous has timed out after 30.12 "
+    "seconds (timeout: 30.0s).",
+    "SRUN_STEP_REFUSED": "srun: error: Unable to create step for job 7: Invalid node list",
     "TORCH_PEER_LOST": "[default0]:RuntimeError: [../gloo/transport/tcp/pair.cc:534] Connection closed by peer",
     "FAULTHANDLER_LINE": "[default1]:Fatal Python error: Aborted",
     "FAULTHANDLER_THREAD": "Current thread 0x00007f0a (most recent call first):",

@@ -99,6 +99,11 @@ OWNED_PHRASES = (
     "iteration\\s+",
     "at iteration (",
     "successfully finished",
+    "Store host waiting",
+    "rendezvous has timed out",
+    "Unable to create step",
+    "min_nodes",
+    "Fatal Python error",
 )
 
 
