@@ -10,8 +10,12 @@ docs/multi-node.md, "How this is proven").
 
 from __future__ import annotations
 
+import os
+import subprocess
+
 import pytest
 
+from nemo_resiliency_plugins.core import slurm_script
 from tests.slurm_fixture import local_slurm  # noqa: F401
 from tests.unit.test_silent_node_evidence import E, I, line, run_bash
 
@@ -58,6 +62,23 @@ def test_the_verdict_ends_the_job_failed_with_the_no_restart_code_and_no_exclusi
     assert "NVRx decided the job must not be restarted (no_progress; step exit code 143" in out, out
     assert "not requeued, no node excluded" in out and "excludes" not in out, out
     assert out.endswith("exitcode=93"), out
+
+
+@pytest.mark.parametrize("exitcode", [0, 143])
+def test_the_guard_leaves_no_scratch_file_on_the_batch_host(tmp_path, exitcode):
+    """The guard's files in the batch host's TMPDIR (srun's captured stderr, the step-log marks, the watcher's
+    folder) are removed when the batch script exits, whatever the step's exit code."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    program = (
+        f"TORCHX_MAX_RETRIES=0\n{slurm_script._CHAIN_HELPERS}\n{slurm_script._REQUEUE_GUARD}\n"
+        f'ls "$TMPDIR" | wc -l; exitcode={exitcode}'
+    )
+    done = subprocess.run(
+        ["bash", "-c", program], capture_output=True, text=True, timeout=30, env={**os.environ, "TMPDIR": str(scratch)}
+    )
+    assert done.returncode == exitcode and done.stdout.split() == ["3"], (done.stdout, done.stderr)
+    assert list(scratch.iterdir()) == []
 
 
 def test_a_failure_without_a_node_line_survives_set_e_and_says_so(tmp_path):

@@ -9,6 +9,7 @@
 # detection." line and its last "STRAGGLER DETECTION WARNING ... Affected ranks: {StragglerId(rank=R, node='N')}"
 # report tell them apart and name the slow rank.
 NRP_STEP_LOGS=$(mktemp "${TMPDIR:-/tmp}/nrp-step-logs.XXXXXX")
+NRP_SCRATCH+=("$NRP_STEP_LOGS")  # removed by the requeue guard's EXIT trap
 nrp_step_logs_mark() {  # the launchers' srun arguments: their --output/--error files and sizes before the step
   local nrp_arg nrp_prev='' nrp_file
   : > "$NRP_STEP_LOGS"
