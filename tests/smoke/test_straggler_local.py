@@ -32,20 +32,38 @@ def script_task(save: Path):
     return workload_task([f"checkpoint.save={save}", f"train.train_iters={ITERS}"], env=SLOW)
 
 
-def score_blocks(result: LocalRunResult, header: str) -> list[dict[int, float]]:
-    """Each ``<header>`` block Megatron Bridge's manager logged, as {rank: score}."""
+def score_blocks(result: LocalRunResult, header: str, world: int = 2) -> list[dict[int, float]]:
+    """Each ``<header>`` block Megatron Bridge's manager logged, as {rank: score}: the ``world`` score lines after
+    the header. Lines of the other rank's stream (or rank 0's stderr) may come between them in the job's combined
+    log (seen: a block cut after its first line by one such line), so only another block's header ends one early."""
     blocks, current = [], None
     for line in result.lines:
-        if header in line:
-            current = {}
-            blocks.append(current)
+        if "GPU " in line and " performance:" in line:
+            current = {} if header in line else None
+            if current is not None:
+                blocks.append(current)
             continue
         match = SCORE.search(line)
         if current is not None and match:
             current[int(match.group(1))] = float(match.group(2))
-        else:
-            current = None
+            if len(current) == world:
+                current = None
     return [b for b in blocks if b]
+
+
+def test_a_score_block_is_read_whole_when_another_streams_line_comes_between():
+    lines = [
+        "[default0]:[rank0] megatron.bridge.NVRxStragglerDetection INFO: GPU relative performance:",
+        "[default0]:  Rank=1 Node=vm Score=0.34",
+        "[default1]:[rank1] CHECKPOINT saved step=20",
+        "[default0]:  Rank=0 Node=vm Score=1.00",
+        "[default0]:",
+        "[default0]:[rank0] megatron.bridge.NVRxStragglerDetection INFO: GPU individual performance:",
+        "[default0]:  Rank=0 Node=vm Score=1.00",
+    ]
+    result = LocalRunResult(state="SUCCEEDED", wall_s=0.0, job_dir="", log="\n".join(lines), lines=lines)
+    assert score_blocks(result, "GPU relative performance:") == [{1: 0.34, 0: 1.0}]
+    assert score_blocks(result, "GPU individual performance:") == [{0: 1.0}]
 
 
 def first_report_s(result: LocalRunResult) -> float:

@@ -81,6 +81,21 @@ def test_the_guard_leaves_no_scratch_file_on_the_batch_host(tmp_path, exitcode):
     assert list(scratch.iterdir()) == []
 
 
+def test_the_guard_removes_its_scratch_files_before_it_requeues(tmp_path):
+    """Slurm kills a requeued batch script (no EXIT trap runs then): the files go before scontrol requeue."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    program = (
+        f"TORCHX_MAX_RETRIES=0\n{slurm_script._CHAIN_HELPERS}\n{slurm_script._REQUEUE_GUARD}\n"
+        'count() { echo "$* with $(ls "$TMPDIR" | wc -l) files"; }; NRP_SCONTROL=count; '
+        "exitcode=1; scontrol requeue 7; trap - EXIT"
+    )
+    done = subprocess.run(
+        ["bash", "-c", program], capture_output=True, text=True, timeout=30, env={**os.environ, "TMPDIR": str(scratch)}
+    )
+    assert done.stdout.strip().splitlines()[-1] == "requeue 7 with 0 files", (done.stdout, done.stderr)
+
+
 def test_a_failure_without_a_node_line_survives_set_e_and_says_so(tmp_path):
     # NeMo-Run's template turns `set -e` on after the step; the first grep finding nothing used to end the script.
     script = "set -e; nrp_exclude_failed_node; echo survived"

@@ -17,8 +17,7 @@ nrp_ft_template() { grep -qs '^is_job_failures_limit_reached()' "$0"; }
 if nrp_ft_template; then TORCHX_MAX_RETRIES=$(( TORCHX_MAX_RETRIES + 1 )); fi
 # When no retry is left the template falls off its end and the job ends COMPLETED with exit code 0:
 # end it with the training step's exit code instead, so Slurm reports the failure. An EXIT trap of the
-# user's setup_lines runs first (in a subshell, so that an `exit` in it cannot skip this one). The guard's own
-# scratch files on the batch host (made below and in step_verdict.sh) go with it: one job left three behind.
+# user's setup_lines runs first (in a subshell, so that an `exit` in it cannot skip this one).
 # The plain template requeues failed runs only: a run that saved and exited 0 on the preemption signal
 # (NRP_PREEMPTION_SIGNAL, set by PreemptionPlugin's signal forwarding) is requeued here to continue training,
 # as the ft_launcher template's guard below does.
@@ -27,10 +26,12 @@ nrp_requeue_preempted() {
   echo "nemo-resiliency-plugins: step exited 0 after SIG${NRP_PREEMPTION_SIGNAL}: preempted, requeue"
   $NRP_SCONTROL requeue "$SLURM_JOB_ID"
 }
+# The guard's scratch files (NRP_SCRATCH, below) go at exit, and before any requeue: Slurm kills a requeued batch
+# script, which then runs no EXIT trap.
+nrp_scratch_gone() { rm -rf ${NRP_SCRATCH[@]+"${NRP_SCRATCH[@]}"}; NRP_SCRATCH=(); }
 NRP_USER_EXIT_TRAP=$(nrp_trap_of EXIT)
 # shellcheck disable=SC2154  # exitcode is set by NeMo-Run's sbatch template before this trap runs
-trap '[ -z "$NRP_USER_EXIT_TRAP" ] || (eval "$NRP_USER_EXIT_TRAP"); nrp_requeue_preempted
-rm -rf ${NRP_SCRATCH[@]+"${NRP_SCRATCH[@]}"}
+trap '[ -z "$NRP_USER_EXIT_TRAP" ] || (eval "$NRP_USER_EXIT_TRAP"); nrp_scratch_gone; nrp_requeue_preempted
 [ "${exitcode:-0}" = 0 ] || exit "$exitcode"' EXIT
 # NVRx's ft_launcher exits with its no-restart code (NRP_NO_RESTART_EXIT_CODE, set by FaultTolerancePlugin) when
 # NVRx decided the job must not run again: no progress across restarts (max_no_progress_cycles) or an
@@ -42,7 +43,7 @@ rm -rf ${NRP_SCRATCH[@]+"${NRP_SCRATCH[@]}"}
 # the srun function below).
 NRP_SRUN_ERR=$(mktemp "${TMPDIR:-/tmp}/nrp-srun-stderr.XXXXXX")
 NRP_WATCH_DIR=$(mktemp -d "${TMPDIR:-/tmp}/nrp-watch.XXXXXX")
-NRP_SCRATCH=("$NRP_SRUN_ERR" "$NRP_WATCH_DIR")  # what the EXIT trap removes: only what mktemp made here
+NRP_SCRATCH=("$NRP_SRUN_ERR" "$NRP_WATCH_DIR")  # what nrp_scratch_gone removes: only what mktemp made here
 # A node that hangs as a whole (kernel, driver or file-system hang; every process on it stopped) logs nothing
 # more, while every other node's NVRx rank monitor logs its own section timeout (their ranks wait for the hung
 # one). srun cannot tell: the healthy launcher exits first and srun names it. Worse, when the hung node hosts
@@ -215,6 +216,7 @@ scontrol() {
     nrp_node=$(nrp_straggler_nodes | paste -sd, -)
     if [ -n "$nrp_node" ] && nrp_exclude_nodes "$nrp_node" "was reported as a straggler (training stopped)"; then
       echo "nemo-resiliency-plugins: step exited 0 on a straggler stop: requeue without node $nrp_node"
+      nrp_scratch_gone
       $NRP_SCONTROL "$@"
       return
     fi
@@ -232,5 +234,6 @@ scontrol() {
     fi
     echo "nemo-resiliency-plugins: step exited 0 after SIG${NRP_PREEMPTION_SIGNAL}: preempted, requeue"
   fi
+  [ "${1:-}" != requeue ] || nrp_scratch_gone
   $NRP_SCONTROL "$@"
 }
