@@ -64,35 +64,28 @@ def test_the_verdict_ends_the_job_failed_with_the_no_restart_code_and_no_exclusi
     assert out.endswith("exitcode=93"), out
 
 
+def _guard_with_tmpdir(tmp_path, script: str):
+    """The guard's blocks, then ``script``, in real bash whose TMPDIR is a fresh folder (returned with the result)."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    program = f"TORCHX_MAX_RETRIES=0\n{slurm_script._CHAIN_HELPERS}\n{slurm_script._REQUEUE_GUARD}\n{script}"
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    return scratch, subprocess.run(["bash", "-c", program], capture_output=True, text=True, timeout=30, env=env)
+
+
 @pytest.mark.parametrize("exitcode", [0, 143])
 def test_the_guard_leaves_no_scratch_file_on_the_batch_host(tmp_path, exitcode):
     """The guard's files in the batch host's TMPDIR (srun's captured stderr, the step-log marks, the watcher's
     folder) are removed when the batch script exits, whatever the step's exit code."""
-    scratch = tmp_path / "tmp"
-    scratch.mkdir()
-    program = (
-        f"TORCHX_MAX_RETRIES=0\n{slurm_script._CHAIN_HELPERS}\n{slurm_script._REQUEUE_GUARD}\n"
-        f'ls "$TMPDIR" | wc -l; exitcode={exitcode}'
-    )
-    done = subprocess.run(
-        ["bash", "-c", program], capture_output=True, text=True, timeout=30, env={**os.environ, "TMPDIR": str(scratch)}
-    )
+    scratch, done = _guard_with_tmpdir(tmp_path, f'ls "$TMPDIR" | wc -l; exitcode={exitcode}')
     assert done.returncode == exitcode and done.stdout.split() == ["3"], (done.stdout, done.stderr)
     assert list(scratch.iterdir()) == []
 
 
 def test_the_guard_removes_its_scratch_files_before_it_requeues(tmp_path):
     """Slurm kills a requeued batch script (no EXIT trap runs then): the files go before scontrol requeue."""
-    scratch = tmp_path / "tmp"
-    scratch.mkdir()
-    program = (
-        f"TORCHX_MAX_RETRIES=0\n{slurm_script._CHAIN_HELPERS}\n{slurm_script._REQUEUE_GUARD}\n"
-        'count() { echo "$* with $(ls "$TMPDIR" | wc -l) files"; }; NRP_SCONTROL=count; '
-        "exitcode=1; scontrol requeue 7; trap - EXIT"
-    )
-    done = subprocess.run(
-        ["bash", "-c", program], capture_output=True, text=True, timeout=30, env={**os.environ, "TMPDIR": str(scratch)}
-    )
+    script = 'count() { echo "$* with $(ls "$TMPDIR" | wc -l) files"; }; NRP_SCONTROL=count; exitcode=1; '
+    _, done = _guard_with_tmpdir(tmp_path, script + "scontrol requeue 7; trap - EXIT")
     assert done.stdout.strip().splitlines()[-1] == "requeue 7 with 0 files", (done.stdout, done.stderr)
 
 
